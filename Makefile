@@ -1,0 +1,43 @@
+# draingate — see README.md. Every target does its own setup on a fresh machine.
+GO ?= go
+
+.PHONY: all build test unit tools deps cluster-up cluster-down demo fmt vet clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## deps: Debian packages the test cluster needs on the host (containerd, runc, CNI plugins, iptables)
+deps:
+	hack/install-deps.sh
+
+## tools: Kubernetes, etcd and CoreDNS binaries, built once and cached outside the clone
+tools:
+	hack/build-tools.sh
+
+## test: everything, on a real one-node cluster (needs root)
+test: deps tools
+	hack/test.sh
+
+## unit: the tests that need no cluster
+unit:
+	$(GO) test -short -count=1 ./...
+
+cluster-up: deps tools
+	$(GO) run ./cmd/draingate-cluster up
+
+cluster-down:
+	$(GO) run ./cmd/draingate-cluster down
+
+demo: deps tools
+	hack/demo.sh
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+vet:
+	$(GO) vet ./...
+
+clean: cluster-down
+	rm -rf bin

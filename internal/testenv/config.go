@@ -1,0 +1,239 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The cluster's fixed addresses. Everything listens on loopback or on the
+// bridge the run creates; nothing is reachable from outside the host.
+const (
+	// NodeName is the one node's name.
+	NodeName = "draingate-node"
+	// BridgeName is the CNI bridge the run creates.
+	BridgeName = "draingate0"
+	// HostIP is the bridge's address on the host: the API server, the
+	// kubelet and anything on the host that pods must reach listen here.
+	HostIP = "10.244.0.1"
+	// PodSubnet is the node's pod range.
+	PodSubnet = "10.244.0.0/24"
+	// ClusterCIDR is the cluster's pod range (kube-proxy's local traffic).
+	ClusterCIDR = "10.244.0.0/16"
+	// ServiceCIDR is the Service ClusterIP range.
+	ServiceCIDR = "10.96.0.0/16"
+	// DNSIP is the cluster DNS Service's ClusterIP.
+	DNSIP = "10.96.0.10"
+	// KubernetesServiceIP is the ClusterIP of the default/kubernetes Service.
+	KubernetesServiceIP = "10.96.0.1"
+
+	apiserverPort  = 6443
+	etcdClientPort = 23790
+	etcdPeerPort   = 23800
+)
+
+// listeners are the host ports a run binds: checked free before start.
+var listeners = []struct{ part, addr string }{
+	{"etcd", fmt.Sprintf("127.0.0.1:%d", etcdClientPort)},
+	{"etcd peer", fmt.Sprintf("127.0.0.1:%d", etcdPeerPort)},
+	{"kube-apiserver", fmt.Sprintf("%s:%d", HostIP, apiserverPort)},
+	{"kube-controller-manager", "127.0.0.1:10257"},
+	{"kube-scheduler", "127.0.0.1:10259"},
+	{"kubelet", HostIP + ":10250"},
+	{"kubelet healthz", "127.0.0.1:10248"},
+	{"kube-proxy healthz", "127.0.0.1:10256"},
+	{"kube-proxy metrics", "127.0.0.1:10249"},
+}
+
+// paths names the files of one run, all under its run folder.
+type paths struct{ dir string }
+
+func (p paths) join(elem ...string) string { return filepath.Join(append([]string{p.dir}, elem...)...) }
+func (p paths) pki() string               { return p.join("pki") }
+func (p paths) logs() string              { return p.join("logs") }
+func (p paths) log(part string) string    { return p.join("logs", part+".log") }
+func (p paths) kubeconfig() string        { return p.join("kubeconfig") }
+func (p paths) componentKubeconfig(c string) string {
+	return p.join("kubeconfigs", c+".kubeconfig")
+}
+func (p paths) containerd() string       { return p.join("containerd") }
+func (p paths) containerdSocket() string { return p.join("containerd", "containerd.sock") }
+func (p paths) kubelet() string          { return p.join("kubelet") }
+func (p paths) cniConf() string          { return p.join("cni", "net.d") }
+func (p paths) images() string           { return p.join("images") }
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o600)
+}
+
+func kubeconfig(server, ca, cert, key string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: draingate
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: user
+  user:
+    client-certificate: %s
+    client-key: %s
+contexts:
+- name: draingate
+  context:
+    cluster: draingate
+    user: user
+current-context: draingate
+`, server, ca, cert, key)
+}
+
+func apiserverURL() string { return fmt.Sprintf("https://%s:%d", HostIP, apiserverPort) }
+
+func containerdConfig(p paths, pauseImage string) string {
+	c := p.containerd()
+	return fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = %q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  # This VM lacks CAP_SYS_RESOURCE: without this runc fails with
+  # "can't get final child's PID from pipe".
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, filepath.Join(c, "root"), filepath.Join(c, "state"), p.containerdSocket(), filepath.Join(c, "opt"),
+		pauseImage, filepath.Join(c, "runc"), p.cniConf())
+}
+
+// cniConfig is a bridge network on BridgeName. No masquerade: pods talk only
+// to each other and to the host, so the plugin adds no iptables rules.
+func cniConfig(p paths) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "draingate",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": %q,
+        "ranges": [[{"subnet": %q, "gateway": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`, BridgeName, p.join("cni", "ipam"), PodSubnet, HostIP)
+}
+
+func kubeletConfig(p paths) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This VM is cgroup v1 without systemd.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+address: %s
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+resolvConf: %s
+clusterDNS: [%s]
+clusterDomain: cluster.local
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s}
+authorization:
+  mode: Webhook
+# Images are imported offline and cannot be pulled again: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+serializeImagePulls: false
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+`, HostIP, p.containerdSocket(), p.join("pod-logs"), p.join("resolv.conf"), DNSIP, filepath.Join(p.pki(), "ca.crt"))
+}
+
+func kubeProxyConfig(p paths) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+hostnameOverride: %s
+bindAddress: %s
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+clusterCIDR: %s
+mode: iptables
+iptables:
+  # Keeps net.ipv4.conf.all.route_localnet untouched.
+  localhostNodePorts: false
+  minSyncPeriod: 0s
+  syncPeriod: 30s
+conntrack:
+  # Zero leaves the host's conntrack sysctls as they are.
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, p.componentKubeconfig("kube-proxy"), NodeName, HostIP, ClusterCIDR)
+}
+
+func serviceIPs() []net.IP {
+	return []net.IP{net.ParseIP(HostIP), net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP)}
+}
+
+func apiserverNames() []string {
+	return []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}
+}
+
+// cleanEnv is the environment for the cluster's processes: the caller's,
+// without variables that etcd or the Kubernetes components read as config.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "ETCD_") || k == "KUBECONFIG" || strings.HasPrefix(k, "CONTAINERD_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

@@ -1,0 +1,183 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Down tears down the run in runDir: every process, pod, mount, network
+// device, iptables chain, cgroup and sysctl change it recorded, then the
+// folder itself. It works on a run whose owner was killed, and on a run
+// already half torn down; it is a no-op when runDir does not exist.
+func Down(ctx context.Context, runDir string, progress io.Writer) error {
+	runDir, err := filepath.Abs(runDir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(runDir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	st, err := loadState(runDir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		st = newState(runDir) // nothing recorded: only mounts and the folder
+	}
+	p := paths{runDir}
+	var errs []error
+	note := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	byName := map[string]process{}
+	for _, pr := range st.Processes {
+		byName[pr.Name] = pr
+	}
+	stop := func(name string) {
+		if pr, ok := byName[name]; ok {
+			note(stopProcess(pr, 15*time.Second))
+		}
+	}
+
+	// The kubelet first, so that nothing restarts the pods we remove.
+	stop("kubelet")
+	stop("kube-proxy")
+	if _, err := os.Stat(p.containerd()); err == nil {
+		note(removeAllPods(ctx, p, byName["containerd"]))
+	}
+	stop("containerd")
+	for _, pid := range processesUsing(p.containerdSocket()) {
+		note(killPID(pid))
+	}
+	note(killCgroupProcesses(st))
+	for i := len(st.Processes) - 1; i >= 0; i-- {
+		note(stopProcess(st.Processes[i], 15*time.Second))
+	}
+	for _, e := range removeChains(st) {
+		note(e)
+	}
+	for _, l := range st.Links {
+		if linkExists(l) {
+			note(run("ip", "link", "del", l))
+		}
+	}
+	for _, e := range removeNetNS(st) {
+		note(e)
+	}
+	note(unmountUnder(runDir))
+	for _, e := range restoreSysctls(st) {
+		note(e)
+	}
+	for _, e := range removeCgroups(st) {
+		note(e)
+	}
+	for _, e := range removeCreatedPaths(st) {
+		note(e)
+	}
+	// Never remove a folder that still has something mounted below it.
+	if mps, _ := mountsUnder(runDir); len(mps) == 0 {
+		note(os.RemoveAll(runDir))
+	}
+	if left := leftovers(runDir, st); len(left) > 0 {
+		note(fmt.Errorf("left behind: %s", strings.Join(left, "; ")))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("test cluster down: %w", errors.Join(errs...))
+	}
+	fmt.Fprintf(progress, "test cluster: %s torn down\n", runDir)
+	return nil
+}
+
+// removeAllPods removes every pod sandbox through the CRI. When the run's
+// containerd is gone (its owner was killed mid-way) a containerd is started on
+// the same state just for this, so that the CNI teardown still runs.
+func removeAllPods(ctx context.Context, p paths, ctrd process) error {
+	sock := p.containerdSocket()
+	cfg := p.join("containerd", "config.toml")
+	if ctrd.PID != 0 && ctrd.alive() {
+		return removePods(ctx, sock)
+	}
+	if _, err := os.Stat(cfg); err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(p.containerd(), "root", "io.containerd.grpc.v1.cri", "sandboxes")); err != nil {
+		return nil // no pod ever ran
+	}
+	logf, err := os.OpenFile(p.log("containerd-cleanup"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command("containerd", "--config="+cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start containerd for cleanup: %w", err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := criReady(cctx, sock)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return removePods(ctx, sock)
+}
+
+func killPID(pid int) error {
+	st, err := procStartTime(pid)
+	if err != nil {
+		return nil
+	}
+	return stopProcess(process{Name: "containerd-shim", PID: pid, StartTime: st}, 5*time.Second)
+}
+
+// killCgroupProcesses kills what still runs in the cgroups the run created:
+// container processes whose shim is gone.
+func killCgroupProcesses(st *state) error {
+	var pids []int
+	for _, root := range st.Cgroups {
+		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, pid) {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+	}
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"draingate.dev/draingate/internal/image"
+)
+
+// Images the cluster itself runs, built offline from static binaries.
+const (
+	PauseImage   = "draingate.local/pause:1"
+	CoreDNSImage = "draingate.local/coredns:1"
+	// TestAppImage is a small HTTP server and hook binary for tests
+	// (internal/testenv/cmd/testapp).
+	TestAppImage = "draingate.local/testapp:1"
+)
+
+// GoBinary builds the main package pkg of this module (e.g.
+// "./internal/testenv/cmd/testapp") as a static binary in the run folder
+// and returns its path.
+func (c *Cluster) GoBinary(ctx context.Context, pkg string) (string, error) {
+	if c.moduleRT == "" {
+		return "", fmt.Errorf("build %s: not inside the draingate module", pkg)
+	}
+	out := filepath.Join(c.paths.images(), filepath.Base(pkg))
+	if err := os.MkdirAll(c.paths.images(), 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = c.moduleRT
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w: %s", pkg, err, strings.TrimSpace(string(b)))
+	}
+	return out, nil
+}
+
+// LoadImage writes spec as a tarball and imports it into containerd's k8s.io
+// namespace, where the kubelet finds it (pods use imagePullPolicy Never or
+// IfNotPresent: there is no registry).
+func (c *Cluster) LoadImage(ctx context.Context, spec image.Spec) error {
+	tarPath := filepath.Join(c.paths.images(), strings.NewReplacer("/", "_", ":", "_").Replace(spec.Ref)+".tar")
+	if err := os.MkdirAll(c.paths.images(), 0o755); err != nil {
+		return err
+	}
+	if err := image.WriteTarball(spec, tarPath); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "ctr", "--address", c.paths.containerdSocket(), "-n", "k8s.io", "images", "import", "--no-unpack=false", tarPath)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("import image %s: %w: %s", spec.Ref, err, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// LoadGoImage builds pkg and loads an image that runs it as /bin/<name>.
+func (c *Cluster) LoadGoImage(ctx context.Context, ref, pkg string) error {
+	bin, err := c.GoBinary(ctx, pkg)
+	if err != nil {
+		return err
+	}
+	name := filepath.Base(bin)
+	return c.LoadImage(ctx, image.Spec{
+		Ref:        ref,
+		Files:      []image.File{{Path: "/bin/" + name, Source: bin}},
+		Entrypoint: []string{"/bin/" + name},
+	})
+}
+
+// loadBaseImages loads what the cluster needs before the kubelet starts.
+func (c *Cluster) loadBaseImages(ctx context.Context) error {
+	if err := c.LoadGoImage(ctx, PauseImage, "./internal/testenv/cmd/pause"); err != nil {
+		return err
+	}
+	if err := c.LoadImage(ctx, image.Spec{
+		Ref:        CoreDNSImage,
+		Files:      []image.File{{Path: "/bin/coredns", Source: c.bin("coredns")}},
+		Entrypoint: []string{"/bin/coredns"},
+	}); err != nil {
+		return err
+	}
+	return c.LoadGoImage(ctx, TestAppImage, "./internal/testenv/cmd/testapp")
+}
