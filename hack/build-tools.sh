@@ -35,6 +35,7 @@ fi
 
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build-$hash-XXXXXX")
+chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
 step() { printf 'build-tools: %s (%ds so far)\n' "$*" $((SECONDS - start)); }

@@ -104,7 +104,7 @@ func stopProcess(p process, grace time.Duration) error {
 	syscall.Kill(p.PID, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) {
-		if !p.alive() || zombie(p.PID) {
+		if !p.alive() {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -113,7 +113,7 @@ func stopProcess(p process, grace time.Duration) error {
 		syscall.Kill(p.PID, syscall.SIGKILL)
 	}
 	for range 100 {
-		if !p.alive() || zombie(p.PID) {
+		if !p.alive() {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -101,8 +101,9 @@ func procStartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// alive reports whether p is still the process we started.
+// alive reports whether p is still the process we started and has not
+// exited: a zombie waiting for its (new) parent to reap it counts as gone.
 func (p process) alive() bool {
 	st, err := procStartTime(p.PID)
-	return err == nil && st == p.StartTime
+	return err == nil && st == p.StartTime && !zombie(p.PID)
 }
