@@ -51,10 +51,10 @@ var listeners = []struct{ part, addr string }{
 type paths struct{ dir string }
 
 func (p paths) join(elem ...string) string { return filepath.Join(append([]string{p.dir}, elem...)...) }
-func (p paths) pki() string               { return p.join("pki") }
-func (p paths) logs() string              { return p.join("logs") }
-func (p paths) log(part string) string    { return p.join("logs", part+".log") }
-func (p paths) kubeconfig() string        { return p.join("kubeconfig") }
+func (p paths) pki() string                { return p.join("pki") }
+func (p paths) logs() string               { return p.join("logs") }
+func (p paths) log(part string) string     { return p.join("logs", part+".log") }
+func (p paths) kubeconfig() string         { return p.join("kubeconfig") }
 func (p paths) componentKubeconfig(c string) string {
 	return p.join("kubeconfigs", c+".kubeconfig")
 }

@@ -359,10 +359,10 @@ func (c *Cluster) writeConfig(context.Context) error {
 		}
 	}
 	files := map[string]string{
-		c.paths.join("containerd", "config.toml"): containerdConfig(c.paths, PauseImage),
+		c.paths.join("containerd", "config.toml"):                 containerdConfig(c.paths, PauseImage),
 		filepath.Join(c.paths.cniConf(), "10-draingate.conflist"): cniConfig(c.paths),
-		c.paths.join("kubelet-config.yaml"):                      kubeletConfig(c.paths),
-		c.paths.join("kube-proxy-config.yaml"):                   kubeProxyConfig(c.paths),
+		c.paths.join("kubelet-config.yaml"):                       kubeletConfig(c.paths),
+		c.paths.join("kube-proxy-config.yaml"):                    kubeProxyConfig(c.paths),
 		// Pods with dnsPolicy Default get this: no upstream resolver, the
 		// network is closed.
 		c.paths.join("resolv.conf"): "options ndots:1\n",

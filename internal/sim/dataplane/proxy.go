@@ -1,0 +1,265 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// Config sets up a Proxy. The zero value is usable: it applies events at once
+// and uses ALB-like timeouts.
+type Config struct {
+	// Propagation draws each event's delay; nil applies events at once.
+	Propagation Propagation
+	// ConnectTimeout bounds dialing a target (default 10 s, an ALB's); a
+	// timeout answers 504.
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds the wait for a target's response headers
+	// (default 60 s, an ALB's idle timeout); a timeout answers 504.
+	ResponseTimeout time.Duration
+	// IdleConnTimeout closes keep-alive connections to targets left idle
+	// this long (default 60 s).
+	IdleConnTimeout time.Duration
+	// ErrorLog gets the forwarding errors net/http/httputil reports; nil
+	// discards them, the counts in Stats being what a lab run reads.
+	ErrorLog *log.Logger
+}
+
+// StatusClientClosed is recorded, like an ALB's 460, when the client went
+// away before the target answered. It is not a failure of the data plane.
+const StatusClientClosed = 460
+
+// Stats counts what clients got from the proxy.
+type Stats struct {
+	Total int64
+	// Failed counts answers of 500 and above, whether from the proxy (no
+	// target, target error) or from the target, plus Aborted.
+	Failed int64
+	// Aborted counts responses cut off after their status line because the
+	// target broke the connection mid-body.
+	Aborted  int64
+	ByStatus map[int]int64
+	// ByTarget holds only requests that were routed to a target.
+	ByTarget map[Target]TargetStats
+}
+
+// TargetStats counts the requests routed to one target.
+type TargetStats struct {
+	Requests, Failed int64
+	// First and Last are when the proxy picked this target for its first and
+	// latest request; Last is never after StoppedAt for a target that left
+	// rotation and did not come back.
+	First, Last time.Time
+}
+
+// Proxy is the simulated data plane; it is an http.Handler. Create it with
+// New, feed it with Apply, and Close it when done.
+type Proxy struct {
+	cfg       Config
+	transport *http.Transport
+	forward   *httputil.ReverseProxy
+
+	mu       sync.Mutex
+	closed   bool
+	targets  map[Target]*targetView
+	rotation []Target // sorted; replaced, never modified, on change
+	next     uint64   // round-robin cursor
+	timeline []Sample
+	changed  chan struct{} // closed and replaced when rotation changes
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// New returns a Proxy with no targets.
+func New(cfg Config) *Proxy {
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ResponseTimeout <= 0 {
+		cfg.ResponseTimeout = 60 * time.Second
+	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = 60 * time.Second
+	}
+	if cfg.ErrorLog == nil {
+		cfg.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	p := &Proxy{
+		cfg: cfg,
+		transport: &http.Transport{
+			// Proxy stays nil: an HTTP_PROXY in the environment must not
+			// take the lab's traffic off 127.0.0.1 and the pod network.
+			DialContext: (&net.Dialer{
+				Timeout:   cfg.ConnectTimeout,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			MaxIdleConnsPerHost:   1024, // a load test keeps many per target, as an ALB does
+			IdleConnTimeout:       cfg.IdleConnTimeout,
+			ResponseHeaderTimeout: cfg.ResponseTimeout,
+			DisableCompression:    true, // pass bodies through as the target sent them
+		},
+		targets: map[Target]*targetView{},
+		changed: make(chan struct{}),
+		stats:   Stats{ByStatus: map[int]int64{}, ByTarget: map[Target]TargetStats{}},
+	}
+	p.forward = &httputil.ReverseProxy{
+		Rewrite:      rewrite,
+		Transport:    p.transport,
+		ErrorHandler: answerError,
+		ErrorLog:     cfg.ErrorLog,
+	}
+	return p
+}
+
+type targetKey struct{}
+
+func rewrite(pr *httputil.ProxyRequest) {
+	t := pr.In.Context().Value(targetKey{}).(Target)
+	pr.SetURL(&url.URL{Scheme: "http", Host: t.String()})
+	pr.Out.Host = pr.In.Host // an ALB passes the client's Host through
+	pr.SetXForwarded()
+
+	// http.Transport silently resends a replayable request (GET, HEAD, or
+	// any request whose body it can rewind) when a reused keep-alive
+	// connection fails before the first response byte, and ReverseProxy
+	// makes body-less requests replayable on purpose. An ALB does not retry,
+	// and a retry would hide exactly the failures the lab counts. A body
+	// without GetBody is never replayable: see net/http's isReplayable and
+	// persistConn.shouldRetryRequest.
+	body := pr.Out.Body
+	if body == nil {
+		body = http.NoBody
+	}
+	pr.Out.Body = oneShotBody{body}
+	pr.Out.GetBody = nil
+}
+
+// oneShotBody hides the concrete body type (http.NoBody in particular) from
+// the Transport, which then cannot rewind it and so never retries.
+type oneShotBody struct{ io.ReadCloser }
+
+func answerError(w http.ResponseWriter, r *http.Request, err error) {
+	code := http.StatusBadGateway
+	var ne net.Error
+	switch {
+	case r.Context().Err() != nil:
+		code = StatusClientClosed
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		code = http.StatusGatewayTimeout
+	}
+	http.Error(w, http.StatusText(code), code)
+}
+
+// ServeHTTP forwards r to the next target in rotation, round robin, or
+// answers 503 when there is none.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t, pickedAt, ok := p.pick()
+	if !ok {
+		http.Error(w, "no target in rotation", http.StatusServiceUnavailable)
+		p.record(nil, time.Time{}, http.StatusServiceUnavailable, false)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		// ReverseProxy panics with http.ErrAbortHandler when the target
+		// breaks mid-body: count it, then let net/http reset the client.
+		if v := recover(); v != nil {
+			p.record(&t, pickedAt, sw.final(), true)
+			panic(v)
+		}
+		p.record(&t, pickedAt, sw.final(), false)
+	}()
+	p.forward.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+func (p *Proxy) pick() (Target, time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.rotation) == 0 {
+		return Target{}, time.Time{}, false
+	}
+	t := p.rotation[p.next%uint64(len(p.rotation))]
+	p.next++
+	// Taken under the view's lock, so it orders against StoppedAt.
+	return t, time.Now(), true
+}
+
+func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
+	failed := code >= 500 || aborted
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	s := &p.stats
+	s.Total++
+	s.ByStatus[code]++
+	if failed {
+		s.Failed++
+	}
+	if aborted {
+		s.Aborted++
+	}
+	if t == nil {
+		return
+	}
+	ts := s.ByTarget[*t]
+	ts.Requests++
+	if failed {
+		ts.Failed++
+	}
+	if ts.First.IsZero() {
+		ts.First = pickedAt
+	}
+	if pickedAt.After(ts.Last) {
+		ts.Last = pickedAt
+	}
+	s.ByTarget[*t] = ts
+}
+
+// Stats returns a snapshot of the request counts.
+func (p *Proxy) Stats() Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	s := p.stats
+	s.ByStatus = maps.Clone(s.ByStatus)
+	s.ByTarget = maps.Clone(s.ByTarget)
+	return s
+}
+
+// statusWriter remembers the final status sent to the client.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	// 1xx answers are interim, except 101 which hands the connection over.
+	if w.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack underneath.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) final() int {
+	if w.code == 0 {
+		return http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	return w.code
+}
