@@ -1,0 +1,178 @@
+// Command draingate-lab reproduces the pod-termination race behind a load
+// balancer on the project's real one-node cluster and measures it per
+// strategy (see internal/lab). `make demo` runs it with the defaults.
+//
+//	draingate-lab run [--scenario alb|nlb|slow-aws] [--strategies none,sleep:5s,sleep:30s]
+//	                  [--rollouts N] [--rps N] [--replicas N] [--json FILE] [--png FILE]
+//	                  [--time-scale F] [scenario knobs...]
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"draingate.dev/draingate/internal/lab"
+	"draingate.dev/draingate/internal/testenv"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "draingate-lab:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type config struct {
+	scenario   lab.Scenario
+	strategies []lab.Strategy
+	opts       lab.Options
+	jsonPath   string
+	pngPath    string
+}
+
+// parse reads the command line; every mistake is one clear error.
+func parse(args []string, stderr io.Writer) (*config, error) {
+	if len(args) == 0 || args[0] != "run" {
+		fmt.Fprintln(stderr, "usage: draingate-lab run [flags]  (draingate-lab run -h lists them)")
+		return nil, errors.New(`want the "run" command`)
+	}
+	args = args[1:]
+	// The scenario sets the knobs' defaults, so find it before the rest.
+	name := "alb"
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--scenario="); ok {
+			name = v
+		} else if v, ok := strings.CutPrefix(a, "-scenario="); ok {
+			name = v
+		} else if (a == "--scenario" || a == "-scenario") && i+1 < len(args) {
+			name = args[i+1]
+		}
+	}
+	sc, ok := lab.Scenarios[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown scenario %q: want one of %s", name, strings.Join(lab.ScenarioNames(), ", "))
+	}
+	c := &config{scenario: sc}
+	fs := flag.NewFlagSet("draingate-lab run", flag.ContinueOnError)
+	var errBuf bytes.Buffer
+	fs.SetOutput(&errBuf)
+	fs.String("scenario", name, "named set of knobs: "+strings.Join(lab.ScenarioNames(), ", "))
+	strategies := fs.String("strategies", "none,sleep:5s,sleep:30s", "comma-separated: none, sleep:DURATION")
+	fs.IntVar(&c.opts.Rollouts, "rollouts", 1, "rollouts per strategy")
+	fs.IntVar(&c.opts.RPS, "rps", 50, "requests per second through the data plane")
+	fs.IntVar(&c.opts.Replicas, "replicas", 6, "Deployment replicas")
+	fs.StringVar(&c.jsonPath, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&c.pngPath, "png", "", "write a timeline per strategy as PNG to this file")
+	fs.Float64Var(&c.opts.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
+	seed := fs.Uint64("seed", 1, "random seed for lags and propagation delays")
+	c.scenario.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, errBuf.String())
+			return nil, err
+		}
+		return nil, errors.New(strings.TrimSpace(strings.SplitN(errBuf.String(), "\n", 2)[0]))
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case c.opts.Rollouts < 1:
+		return nil, errors.New("--rollouts must be at least 1")
+	case c.opts.RPS < 1:
+		return nil, errors.New("--rps must be at least 1")
+	case c.opts.Replicas < 1:
+		return nil, errors.New("--replicas must be at least 1")
+	case c.opts.TimeScale <= 0:
+		return nil, errors.New("--time-scale must be positive")
+	}
+	if err := c.scenario.Validate(); err != nil {
+		return nil, err
+	}
+	sts, err := lab.ParseStrategies(*strategies)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []string{c.jsonPath, c.pngPath} {
+		if p != "" {
+			if st, err := os.Stat(filepath.Dir(p)); err != nil || !st.IsDir() {
+				return nil, fmt.Errorf("cannot write %s: folder %s does not exist", p, filepath.Dir(p))
+			}
+		}
+	}
+	c.opts.Scenario = c.scenario.Scaled(c.opts.TimeScale)
+	c.opts.Strategies = lab.ScaleStrategies(sts, c.opts.TimeScale)
+	c.opts.Seed = *seed
+	return c, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) (err error) {
+	c, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	cl, err := testenv.Start(ctx, testenv.Options{Progress: stderr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := cl.Stop(context.Background()); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	fmt.Fprintln(stderr, "lab: building the demo app image")
+	if err := cl.LoadGoImage(ctx, lab.DemoImage, "./cmd/draingate-demoapp"); err != nil {
+		return err
+	}
+	c.opts.Progress = stderr
+	rep, err := lab.Run(ctx, lab.Env{Config: cl.Config, Client: cl.Client}, c.opts)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if c.jsonPath != "" {
+		if err := writeFile(c.jsonPath, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if c.pngPath != "" {
+		if err := rep.WritePNG(c.pngPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile writes through a temporary file so a failure leaves no half file.
+func writeFile(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseBadInput(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, `want the "run" command`},
+		{[]string{"walk"}, `want the "run" command`},
+		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"run", "--reconcile-lag", "soon"}, `invalid value "soon" for flag -reconcile-lag`},
+		{[]string{"run", "--strategies", "none,nap:5s"}, `unknown strategy "nap:5s"`},
+		{[]string{"run", "--strategies", "sleep:five"}, `strategy "sleep:five": want sleep:DURATION`},
+		{[]string{"run", "--strategies", "none,none"}, `strategy "none" given twice`},
+		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, nlb, slow-aws`},
+		{[]string{"run", "--rps", "0"}, "--rps must be at least 1"},
+		{[]string{"run", "--time-scale", "-1"}, "--time-scale must be positive"},
+		{[]string{"run", "--propagation-min", "30s", "--propagation-max", "1s"}, "propagation-max 1s is below propagation-min 30s"},
+		{[]string{"run", "--json", "/no/such/dir/x.json"}, "folder /no/such/dir does not exist"},
+		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+	}
+	for _, c := range cases {
+		_, err := parse(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error is not one line: %q", c.args, err)
+		}
+	}
+}
+
+func TestParseScenarioAndScale(t *testing.T) {
+	c, err := parse([]string{"run", "--scenario=slow-aws", "--time-scale", "0.5", "--strategies", "none,sleep:5s", "--propagation-max", "10s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := c.opts.Scenario
+	if sc.Name != "slow-aws" || sc.ReconcileLag != 10*time.Second || sc.PropagationMax != 5*time.Second {
+		t.Errorf("scenario after scale: %+v", sc)
+	}
+	if got := c.opts.Strategies[1].Sleep; got != 3*time.Second {
+		t.Errorf("sleep:5s at scale 0.5 = %s, want 3s (whole seconds, rounded up)", got)
+	}
+}

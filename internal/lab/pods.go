@@ -1,0 +1,145 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podRecord is what the lab learns of one pod's end. SIGTERM and exit come
+// from the demo app's own log lines (node clock, which is this host's).
+type podRecord struct {
+	name, ip  string
+	deletedAt time.Time // first seen with a deletionTimestamp
+	sigterm   time.Time
+	exit      time.Time
+	following bool
+}
+
+// tracker watches a namespace's pods and follows each app container's log.
+type tracker struct {
+	cl kubernetes.Interface
+	ns string
+
+	mu   sync.Mutex
+	pods map[string]*podRecord
+}
+
+func newTracker(cl kubernetes.Interface, ns string) *tracker {
+	return &tracker{cl: cl, ns: ns, pods: map[string]*podRecord{}}
+}
+
+func (t *tracker) run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(t.cl, 0, informers.WithNamespace(t.ns))
+	inf := f.Core().V1().Pods().Informer()
+	handle := func(o any) {
+		p, ok := o.(*corev1.Pod)
+		if ok {
+			t.observe(ctx, p)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) }}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	go func() { <-ctx.Done(); f.Shutdown() }()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.pods[p.Name]
+	if r == nil {
+		r = &podRecord{name: p.Name}
+		t.pods[p.Name] = r
+	}
+	if r.ip == "" {
+		r.ip = p.Status.PodIP
+	}
+	if p.DeletionTimestamp != nil && r.deletedAt.IsZero() {
+		r.deletedAt = now
+	}
+	running := false
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "app" && cs.State.Running != nil {
+			running = true
+		}
+	}
+	if running && !r.following {
+		r.following = true
+		go t.follow(ctx, p.Name)
+	}
+}
+
+// follow reads the app's log until the container ends, keeping its
+// "sigterm <ns>" and "exit <ns>" lines.
+func (t *tracker) follow(ctx context.Context, pod string) {
+	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
+		rc, err := t.cl.CoreV1().Pods(t.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		sc := bufio.NewScanner(rc)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) != 2 {
+				continue
+			}
+			ns, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				continue
+			}
+			t.mu.Lock()
+			switch f[0] {
+			case "sigterm":
+				t.pods[pod].sigterm = time.Unix(0, ns)
+			case "exit":
+				t.pods[pod].exit = time.Unix(0, ns)
+			}
+			t.mu.Unlock()
+		}
+		rc.Close()
+		t.mu.Lock()
+		done := !t.pods[pod].exit.IsZero()
+		t.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// snapshot copies the records.
+func (t *tracker) snapshot() []podRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]podRecord, 0, len(t.pods))
+	for _, r := range t.pods {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// deletedPending counts pods deleted whose app has not logged its exit.
+func (t *tracker) deletedPending() int {
+	n := 0
+	for _, r := range t.snapshot() {
+		if !r.deletedAt.IsZero() && r.exit.IsZero() {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,408 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func secs(vs ...float64) []time.Duration {
+	var ds []time.Duration
+	for _, v := range vs {
+		ds = append(ds, time.Duration(v*float64(time.Second)))
+	}
+	return ds
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	oneToTen := secs(7, 3, 10, 1, 5, 9, 2, 8, 4, 6) // unsorted on purpose
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(100-i) * time.Millisecond
+	}
+	cases := []struct {
+		name string
+		ds   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"p50 of 1..10", oneToTen, 50, 5 * time.Second},
+		{"p25 rounds rank up", oneToTen, 25, 3 * time.Second},
+		{"p90", oneToTen, 90, 9 * time.Second},
+		{"p99 of 10 is the max", oneToTen, 99, 10 * time.Second},
+		{"p0 is the min", oneToTen, 0, time.Second},
+		{"p100 is the max", oneToTen, 100, 10 * time.Second},
+		{"p above 100 clamps", oneToTen, 250, 10 * time.Second},
+		{"p below 0 clamps", oneToTen, -5, time.Second},
+		{"p99 of 100 is rank 99, not 100", hundred, 99, 99 * time.Millisecond},
+		{"p1 of 100", hundred, 1, time.Millisecond},
+		{"single sample", secs(4.2), 50, 4200 * time.Millisecond},
+		{"negative values", secs(-3, 1, -1), 50, -time.Second},
+		{"empty", nil, 50, 0},
+	}
+	for _, c := range cases {
+		if got := Percentile(c.ds, c.p); got != c.want {
+			t.Errorf("%s: Percentile(_, %v) = %v, want %v", c.name, c.p, got, c.want)
+		}
+	}
+	if oneToTen[0] != 7*time.Second {
+		t.Errorf("Percentile sorted its input in place: %v", oneToTen)
+	}
+}
+
+func TestPercentileNaNPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Percentile(_, NaN) did not panic")
+		}
+	}()
+	var zero float64
+	Percentile(secs(1), zero/zero)
+}
+
+func TestFailureRate(t *testing.T) {
+	for _, c := range []struct {
+		req, failed int
+		want        float64
+	}{{0, 0, 0}, {200, 0, 0}, {200, 3, 0.015}, {4, 4, 1}} {
+		s := Strategy{Requests: c.req, Failed: c.failed}
+		if got := s.FailureRate(); got != c.want {
+			t.Errorf("FailureRate(%d of %d) = %v, want %v", c.failed, c.req, got, c.want)
+		}
+	}
+}
+
+func TestSummaryFigures(t *testing.T) {
+	s := Strategy{Terminations: secs(2, 1, 30), Slacks: secs(-4, 2, 6, 1)}
+	check := func(name string, d time.Duration, ok bool, want time.Duration) {
+		t.Helper()
+		if !ok || d != want {
+			t.Errorf("%s = %v, %v; want %v, true", name, d, ok, want)
+		}
+	}
+	d, ok := s.TerminationP50()
+	check("TerminationP50", d, ok, 2*time.Second)
+	d, ok = s.TerminationP99()
+	check("TerminationP99", d, ok, 30*time.Second)
+	d, ok = s.SlackP50()
+	check("SlackP50", d, ok, time.Second)
+	d, ok = s.SlackMin()
+	check("SlackMin", d, ok, -4*time.Second)
+
+	var empty Strategy
+	for name, f := range map[string]func() (time.Duration, bool){
+		"TerminationP50": empty.TerminationP50, "TerminationP99": empty.TerminationP99,
+		"SlackP50": empty.SlackP50, "SlackMin": empty.SlackMin,
+	} {
+		if d, ok := f(); ok || d != 0 {
+			t.Errorf("%s with no sample = %v, %v; want 0, false", name, d, ok)
+		}
+	}
+}
+
+// sample is a two-strategy report; "none" has every figure, "sleep:30s" has
+// no slack sample (so its slack figures must read as missing, not 0).
+func sample() Report {
+	t0 := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	none := Strategy{
+		Name: "none", Requests: 6000, Failed: 42,
+		Terminations: secs(1.04, 1.26, 0.97),
+		Slacks:       secs(-12.35, -3.1, 0.4),
+		ELBv2Calls:   map[string]int{"RegisterTargets": 6, "DescribeTargetHealth": 12, "DeregisterTargets": 6},
+		Timeline:     timeline(t0, 60, []int{20, 35, 50}, 3),
+	}
+	sleep := Strategy{
+		Name: "sleep:30s", Requests: 6000, Failed: 0,
+		Terminations: secs(31.2, 31.44, 31.06),
+		ELBv2Calls:   map[string]int{"DescribeTargetHealth": 14, "RegisterTargets": 6, "DeregisterTargets": 6},
+		Timeline:     timeline(t0.Add(time.Hour), 90, []int{20, 45, 70}, 0),
+	}
+	return Report{
+		Scenario: "alb", TimeScale: 0.5, Replicas: 3, Rollouts: 1, RPS: 100,
+		Strategies: []Strategy{none, sleep},
+		Notes:      []string{"time-scale 0.5: every scenario duration halved"},
+	}
+}
+
+// timeline fakes a run of n seconds at 100 requests/s with pods replaced one
+// by one at the given seconds; failPerSIGTERM requests fail each second for
+// 4 s after each SIGTERM.
+func timeline(start time.Time, n int, sigterms []int, failPerSIGTERM int) Timeline {
+	tl := Timeline{Start: start, End: start.Add(time.Duration(n) * time.Second)}
+	tl.Rotation = append(tl.Rotation, Step{At: start, N: 3})
+	for _, s := range sigterms {
+		at := start.Add(time.Duration(s) * time.Second)
+		tl.Rotation = append(tl.Rotation, Step{At: at.Add(-time.Second), N: 4}, Step{At: at.Add(3 * time.Second), N: 3})
+		tl.SIGTERMs = append(tl.SIGTERMs, at)
+	}
+	for sec := range n {
+		failing := 0
+		for _, s := range sigterms {
+			if sec >= s && sec < s+4 {
+				failing = failPerSIGTERM
+			}
+		}
+		for i := range 100 {
+			tl.AddRequest(start.Add(time.Duration(sec)*time.Second+time.Duration(i)*10*time.Millisecond), i < failing)
+		}
+	}
+	return tl
+}
+
+func TestWriteTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := sample().WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Log("\n" + out)
+	for _, want := range []string{
+		"scenario alb  replicas 3  rollouts 1  rps 100  time scale 0.5",
+		"failure %",
+		"note: time-scale 0.5: every scenario duration halved",
+		"DeregisterTargets=6 DescribeTargetHealth=12 RegisterTargets=6",
+		"DeregisterTargets=6 DescribeTargetHealth=14 RegisterTargets=6",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	rows := map[string][]string{}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) > 0 && (f[0] == "none" || f[0] == "sleep:30s") {
+			rows[f[0]] = f
+		}
+	}
+	// strategy requests failed failure% term-p50 term-p99 slack-p50 slack-min calls...
+	wantNone := []string{"none", "6000", "42", "0.70", "1.0", "1.3", "-3.1", "-12.3"}
+	wantSleep := []string{"sleep:30s", "6000", "0", "0.00", "31.2", "31.4", "-", "-"}
+	if got := rows["none"]; len(got) < len(wantNone) || !slices.Equal(got[:len(wantNone)], wantNone) {
+		t.Errorf("none row = %q, want prefix %q", got, wantNone)
+	}
+	if got := rows["sleep:30s"]; len(got) < len(wantSleep) || !slices.Equal(got[:len(wantSleep)], wantSleep) {
+		t.Errorf("sleep row = %q, want prefix %q", got, wantSleep)
+	}
+}
+
+func TestPercentNeverHidesFailures(t *testing.T) {
+	for _, c := range []struct {
+		failed, req int
+		want        string
+	}{{0, 0, "-"}, {0, 10, "0.00"}, {1, 1000000, "<0.01"}, {1, 200, "0.50"}, {3, 3, "100.00"}} {
+		if got := percent(c.failed, c.req); got != c.want {
+			t.Errorf("percent(%d, %d) = %q, want %q", c.failed, c.req, got, c.want)
+		}
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	var b bytes.Buffer
+	if err := sample().WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	top := []string{"notes", "replicas", "rollouts", "rps", "scenario", "strategies", "time_scale"}
+	if got := slices.Sorted(maps.Keys(doc)); !slices.Equal(got, top) {
+		t.Errorf("top-level keys = %q, want %q", got, top)
+	}
+	if doc["scenario"] != "alb" || doc["time_scale"] != 0.5 || doc["replicas"] != 3.0 || doc["rollouts"] != 1.0 || doc["rps"] != 100.0 {
+		t.Errorf("top-level values wrong: %v", doc)
+	}
+	strategies, _ := doc["strategies"].([]any)
+	if len(strategies) != 2 {
+		t.Fatalf("strategies = %v", doc["strategies"])
+	}
+	keys := []string{"elbv2_calls", "failed", "failure_rate", "name", "requests",
+		"slack_min_s", "slack_p50_s", "termination_p50_s", "termination_p99_s"}
+	for _, e := range strategies {
+		s := e.(map[string]any)
+		if got := slices.Sorted(maps.Keys(s)); !slices.Equal(got, keys) {
+			t.Errorf("strategy %v keys = %q, want exactly %q", s["name"], got, keys)
+		}
+	}
+
+	none, sleep := strategies[0].(map[string]any), strategies[1].(map[string]any)
+	for k, want := range map[string]any{
+		"name": "none", "requests": 6000.0, "failed": 42.0, "failure_rate": 0.007,
+		"termination_p50_s": 1.04, "termination_p99_s": 1.26, "slack_p50_s": -3.1, "slack_min_s": -12.35,
+	} {
+		if none[k] != want {
+			t.Errorf("none %s = %v, want %v", k, none[k], want)
+		}
+	}
+	calls := map[string]any{"DeregisterTargets": 6.0, "DescribeTargetHealth": 12.0, "RegisterTargets": 6.0}
+	if got, _ := none["elbv2_calls"].(map[string]any); !maps.Equal(got, calls) {
+		t.Errorf("none elbv2_calls = %v, want %v", none["elbv2_calls"], calls)
+	}
+	// Missing samples are null, present in the object, never 0.
+	for _, k := range []string{"slack_p50_s", "slack_min_s"} {
+		if v, present := sleep[k]; !present || v != nil {
+			t.Errorf("sleep %s = %v (present %v), want null", k, v, present)
+		}
+	}
+	if sleep["failure_rate"] != 0.0 {
+		t.Errorf("sleep failure_rate = %v", sleep["failure_rate"])
+	}
+}
+
+func TestWriteJSONEmpty(t *testing.T) {
+	var b bytes.Buffer
+	if err := (Report{Strategies: []Strategy{{Name: "none"}}}).WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Notes      []string
+		Strategies []map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := doc.Strategies[0]
+	for _, k := range []string{"termination_p50_s", "termination_p99_s", "slack_p50_s", "slack_min_s"} {
+		if string(s[k]) != "null" {
+			t.Errorf("%s = %s, want null", k, s[k])
+		}
+	}
+	if string(s["elbv2_calls"]) != "{}" || string(s["failure_rate"]) != "0" {
+		t.Errorf("elbv2_calls = %s, failure_rate = %s; want {} and 0", s["elbv2_calls"], s["failure_rate"])
+	}
+	if doc.Notes == nil || !strings.Contains(b.String(), `"notes": []`) {
+		t.Errorf("notes should be [] not null:\n%s", b.String())
+	}
+}
+
+func TestTimelineBuckets(t *testing.T) {
+	t0 := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	tl := Timeline{Start: t0}
+	add := func(d time.Duration, failed bool) { tl.AddRequest(t0.Add(d), failed) }
+	add(0, false)
+	add(999*time.Millisecond, true)
+	add(time.Second, false)
+	add(2500*time.Millisecond, true)
+	add(2999999999, false)
+	add(10*time.Second, false)
+	add(-time.Nanosecond, true) // before Start: second -1, kept
+	add(-time.Second, false)    // exactly -1 s: second -1 too
+	add(-1001*time.Millisecond, false)
+
+	want := []Bucket{
+		{Second: -2, Sent: 1},
+		{Second: -1, Sent: 2, Failed: 1},
+		{Second: 0, Sent: 2, Failed: 1},
+		{Second: 1, Sent: 1},
+		{Second: 2, Sent: 2, Failed: 1},
+		{Second: 10, Sent: 1},
+	}
+	if got := tl.Buckets(); !slices.Equal(got, want) {
+		t.Errorf("Buckets() = %+v\nwant      %+v", got, want)
+	}
+	if got := (Timeline{}).Buckets(); len(got) != 0 {
+		t.Errorf("zero Timeline has buckets %v", got)
+	}
+}
+
+func TestTimelineZeroStartAdoptsFirstRequest(t *testing.T) {
+	t0 := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	var tl Timeline
+	tl.AddRequest(t0, false)
+	tl.AddRequest(t0.Add(3*time.Second), false)
+	if !tl.Start.Equal(t0) {
+		t.Errorf("Start = %v, want %v", tl.Start, t0)
+	}
+	if got := tl.Buckets(); len(got) != 2 || got[1].Second != 3 {
+		t.Errorf("Buckets() = %+v", got)
+	}
+}
+
+func TestTimelineConcurrentAdds(t *testing.T) {
+	t0 := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	tl := Timeline{Start: t0}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				tl.AddRequest(t0.Add(time.Duration(i)*time.Millisecond), g == 0)
+			}
+		})
+	}
+	wg.Wait()
+	b := tl.Buckets()
+	if len(b) != 1 || b[0].Sent != 8000 || b[0].Failed != 1000 {
+		t.Errorf("Buckets() = %+v, want one second with 8000 sent, 1000 failed", b)
+	}
+}
+
+func TestWritePNG(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.png")
+	if err := sample().WritePNG(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	bounds := img.Bounds()
+	if st.Size() < 10_000 || bounds.Dx() < 600 || bounds.Dy() < 600 {
+		t.Errorf("PNG too small: %d bytes, %v", st.Size(), bounds)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+	if out := os.Getenv("REPORT_PNG_OUT"); out != "" { // to look at it
+		data, _ := os.ReadFile(path)
+		os.WriteFile(out, data, 0o644)
+	}
+}
+
+func TestWritePNGEdgeCases(t *testing.T) {
+	dir := t.TempDir()
+	if err := (Report{}).WritePNG(filepath.Join(dir, "empty.png")); err == nil {
+		t.Error("WritePNG with no strategy succeeded")
+	}
+	// A strategy that measured nothing still renders, rather than failing
+	// the whole report.
+	r := Report{Strategies: []Strategy{{Name: "draingate"}}}
+	if err := r.WritePNG(filepath.Join(dir, "blank.png")); err != nil {
+		t.Errorf("WritePNG of an empty strategy: %v", err)
+	}
+	// Unfilled (zero) times cannot be placed; they must not stretch the
+	// shared x axis over two thousand years.
+	t0 := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	odd := Strategy{Name: "odd", Timeline: Timeline{
+		Start: t0, End: t0.Add(20 * time.Second),
+		SIGTERMs: []time.Time{{}, t0.Add(5 * time.Second)},
+		Rotation: []Step{{At: t0.Add(8 * time.Second), N: 2}, {N: 9}, {At: t0, N: 3}},
+	}}
+	if lo, hi := xRange([]Strategy{odd}); lo != 0 || hi != 20 {
+		t.Errorf("xRange = %v, %v; want 0, 20", lo, hi)
+	}
+	if got := rotationXYs(odd.Timeline, 20); len(got) != 3 || got[0].X != 0 || got[1].X != 8 || got[2].X != 20 || got[2].Y != 2 {
+		t.Errorf("rotationXYs = %v, want steps sorted, zero time dropped, held to End", got)
+	}
+	if err := (Report{Strategies: []Strategy{odd}}).WritePNG(filepath.Join(dir, "odd.png")); err != nil {
+		t.Errorf("WritePNG with zero times: %v", err)
+	}
+	if err := r.WritePNG(filepath.Join(dir, "missing-dir", "x.png")); err == nil {
+		t.Error("WritePNG into a missing directory succeeded")
+	}
+}

@@ -1,0 +1,342 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"draingate.dev/draingate/internal/lab/report"
+	"draingate.dev/draingate/internal/sim/dataplane"
+	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/lbc"
+)
+
+// Options is one lab run.
+type Options struct {
+	Scenario   Scenario // already scaled
+	TimeScale  float64
+	Strategies []Strategy // sleeps already scaled
+	Replicas   int
+	Rollouts   int
+	RPS        int
+	Seed       uint64
+	Progress   io.Writer
+}
+
+// Env is what a run needs of the cluster: an admin config and a way to load
+// the demo image. internal/testenv provides both.
+type Env struct {
+	Config *rest.Config
+	Client kubernetes.Interface
+}
+
+// Run measures every strategy in turn and returns the report.
+func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
+	rep := report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
+	if o.TimeScale != 1 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g", o.TimeScale, o.TimeScale))
+	}
+	if err := lbc.InstallCRD(ctx, env.Config); err != nil {
+		return rep, err
+	}
+	emu := elbv2sim.New(elbv2sim.Config{})
+	defer emu.Close()
+	if o.Scenario.RegistrationRefill > 0 {
+		capacity := o.Scenario.RegistrationCapacity
+		if capacity <= 0 {
+			capacity = 1
+		}
+		emu.SetThrottle(elbv2sim.BucketConfig{Capacity: 40, RefillPerSecond: 10},
+			elbv2sim.BucketConfig{Capacity: capacity, RefillPerSecond: o.Scenario.RegistrationRefill},
+			elbv2sim.BucketConfig{Capacity: 40, RefillPerSecond: 10})
+	}
+	url, err := emu.Listen("127.0.0.1:0")
+	if err != nil {
+		return rep, fmt.Errorf("ELBv2 emulator: %w", err)
+	}
+	elb := elbv2.New(elbv2.Options{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("lab", "lab", ""),
+		BaseEndpoint: aws.String(url),
+	})
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		return rep, err
+	}
+	r := &runner{env: env, o: o, emu: emu, elb: elb, dyn: dyn, start: time.Now()}
+	for i, st := range o.Strategies {
+		res, err := r.strategy(ctx, i, st)
+		if err != nil {
+			return rep, fmt.Errorf("strategy %s: %w", st.Name, err)
+		}
+		rep.Strategies = append(rep.Strategies, res)
+	}
+	return rep, nil
+}
+
+type runner struct {
+	env   Env
+	o     Options
+	emu   *elbv2sim.Server
+	elb   *elbv2.Client
+	dyn   dynamic.Interface
+	start time.Time
+}
+
+func (r *runner) progress(st Strategy, format string, args ...any) {
+	if r.o.Progress == nil {
+		return
+	}
+	fmt.Fprintf(r.o.Progress, "lab [%5.0fs] %-10s %s\n", time.Since(r.start).Seconds(), st.Name, fmt.Sprintf(format, args...))
+}
+
+func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report.Strategy, err error) {
+	res.Name = st.Name
+	sc := r.o.Scenario
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// A run-unique name: an earlier run's namespace may still be terminating.
+	ns := fmt.Sprintf("lab-%d-%s-%d", idx, strings.NewReplacer(":", "-", ".", "-").Replace(st.Name), r.start.Unix()%100000)
+	cl := r.env.Client
+	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	defer func() {
+		// Never leave a half-run strategy's objects behind.
+		cl.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	}()
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		_, err := cl.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	}); err != nil {
+		return res, fmt.Errorf("namespace %s never got its default ServiceAccount", ns)
+	}
+
+	// The target group, and the data plane that learns from it.
+	arn, err := r.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+		Name: fmt.Sprintf("lab-%d-%d", idx, time.Now().Unix()%100000), LoadBalancerType: sc.lbType(), Port: appPort,
+		HealthCheckPath: "/healthz", HealthCheckInterval: sc.HealthCheckInterval, HealthCheckTimeout: min(2*time.Second, sc.HealthCheckInterval),
+		HealthyThreshold: sc.HealthyThreshold, UnhealthyThreshold: 2,
+		DeregistrationDelay: max(sc.DeregistrationDelay, time.Millisecond),
+	})
+	if err != nil {
+		return res, err
+	}
+	dp := dataplane.New(dataplane.Config{Propagation: dataplane.Uniform(sc.PropagationMin, sc.PropagationMax, r.o.Seed+uint64(idx))})
+	defer dp.Close()
+	events, unsubscribe := r.emu.Subscribe()
+	defer unsubscribe()
+	go func() {
+		for ev := range events {
+			if ev.TargetGroupARN == arn {
+				dp.Apply(dataplane.Event{Target: dataplane.Target{ID: ev.Target.ID, Port: ev.Target.Port}, To: string(ev.To), At: ev.At})
+			}
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	// The load balancer controller for this namespace.
+	ctrl := lbc.New(lbc.Config{Namespace: ns, ReconcileLag: sc.ReconcileLag, ReconcileJitter: sc.ReconcileJitter, Seed: r.o.Seed + uint64(idx)}, cl, r.dyn, r.elb)
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- ctrl.Run(ctx) }()
+	defer func() { cancel(); <-ctrlDone }()
+
+	pods := newTracker(cl, ns)
+	if err := pods.run(ctx); err != nil {
+		return res, err
+	}
+
+	r.progress(st, "setup: deployment of %d, service, target group, binding", r.o.Replicas)
+	if _, err := cl.CoreV1().Services(ns).Create(ctx, service(), metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	b := lbc.Binding{Namespace: ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}
+	if _, err := r.dyn.Resource(lbc.GVR).Namespace(ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, deployment(int32(r.o.Replicas), st, sc), metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	readyBy := 3*time.Minute + time.Duration(r.o.Replicas)*(sc.MaxRouteDelay()+time.Duration(sc.HealthyThreshold+1)*sc.HealthCheckInterval)
+	if err := r.waitRollout(ctx, ns, readyBy); err != nil {
+		return res, err
+	}
+	wctx, wcancel := context.WithTimeout(ctx, readyBy)
+	err = dp.WaitInRotation(wctx, r.o.Replicas)
+	wcancel()
+	if err != nil {
+		return res, fmt.Errorf("waiting for %d targets in the data plane's rotation: %w", r.o.Replicas, err)
+	}
+
+	// Load, rollouts, and the wait for every stopped pod to be out of rotation.
+	callsBefore := r.emu.Calls()
+	res.Timeline.Start = time.Now()
+	l := startLoad("http://"+ln.Addr().String()+"/", r.o.RPS, res.Timeline.AddRequest)
+	loadStopped := false
+	defer func() {
+		if !loadStopped {
+			l.stop()
+		}
+	}()
+	r.progress(st, "load: %d requests/s through the data plane", r.o.RPS)
+	time.Sleep(2 * time.Second) // a steady state before the first rollout
+	for i := 1; i <= r.o.Rollouts; i++ {
+		r.progress(st, "rollout %d/%d", i, r.o.Rollouts)
+		if _, err := cl.AppsV1().Deployments(ns).Patch(ctx, appName, types.StrategicMergePatchType, restartPatch(time.Now()), metav1.PatchOptions{}); err != nil {
+			return res, err
+		}
+		if err := r.waitRollout(ctx, ns, readyBy); err != nil {
+			return res, err
+		}
+	}
+	r.progress(st, "rollouts done; waiting for old pods to exit and leave the data plane")
+	tailBy := grace + st.Sleep + sc.MaxRouteDelay() + time.Minute
+	if err := waitFor(ctx, tailBy, func() bool { return pods.deletedPending() == 0 }); err != nil {
+		return res, fmt.Errorf("deleted pods did not exit: %w", err)
+	}
+	stopped := func() bool {
+		for _, p := range pods.snapshot() {
+			if p.deletedAt.IsZero() || p.ip == "" {
+				continue
+			}
+			if _, ok := dp.StoppedAt(dataplane.Target{ID: p.ip, Port: appPort}); !ok || inRotation(dp, p.ip) {
+				return false
+			}
+		}
+		return true
+	}
+	if err := waitFor(ctx, sc.MaxRouteDelay()+time.Minute, stopped); err != nil && !throttled(sc) {
+		return res, fmt.Errorf("stopped pods still in the data plane's rotation: %w", err)
+	}
+	time.Sleep(time.Second)
+	res.Requests, res.Failed = l.stop()
+	loadStopped = true
+	res.Timeline.End = time.Now()
+
+	for _, p := range pods.snapshot() {
+		if p.deletedAt.IsZero() {
+			continue
+		}
+		if !p.exit.IsZero() {
+			res.Terminations = append(res.Terminations, p.exit.Sub(p.deletedAt))
+		}
+		if !p.sigterm.IsZero() {
+			res.Timeline.SIGTERMs = append(res.Timeline.SIGTERMs, p.sigterm)
+			if at, ok := dp.StoppedAt(dataplane.Target{ID: p.ip, Port: appPort}); ok {
+				res.Slacks = append(res.Slacks, p.sigterm.Sub(at))
+			}
+		}
+	}
+	res.Timeline.Rotation = rotationSteps(dp.Timeline())
+	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
+	r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
+	return res, nil
+}
+
+func throttled(sc Scenario) bool { return sc.RegistrationRefill > 0 }
+
+func inRotation(dp *dataplane.Proxy, ip string) bool {
+	for _, t := range dp.Rotation() {
+		if t.ID == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// rotationSteps turns the data plane's change log into "pods in rotation".
+func rotationSteps(samples []dataplane.Sample) []report.Step {
+	in := map[dataplane.Target]bool{}
+	var out []report.Step
+	for _, s := range samples {
+		in[s.Target] = s.InRotation
+		n := 0
+		for _, v := range in {
+			if v {
+				n++
+			}
+		}
+		out = append(out, report.Step{At: s.AppliedAt, N: n})
+	}
+	return out
+}
+
+func diffCalls(before, after map[string]map[string]int) map[string]int {
+	out := map[string]int{}
+	for action, results := range after {
+		for result, n := range results {
+			if d := n - before[action][result]; d > 0 {
+				out[action] += d
+			}
+		}
+	}
+	return out
+}
+
+// waitRollout waits until the Deployment has rolled out completely: every
+// replica updated, ready and available, and no old replica left.
+func (r *runner) waitRollout(ctx context.Context, ns string, timeout time.Duration) error {
+	return waitFor(ctx, timeout, func() bool {
+		d, err := r.env.Client.AppsV1().Deployments(ns).Get(ctx, appName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		want := *d.Spec.Replicas
+		s := d.Status
+		return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.ReadyReplicas == want &&
+			s.AvailableReplicas == want && s.Replicas == want
+	})
+}
+
+var errTimeout = errors.New("timed out")
+
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w after %s", errTimeout, timeout.Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// ScaleStrategies multiplies every sleep by f, rounding up to whole seconds
+// as the native sleep action takes them.
+func ScaleStrategies(sts []Strategy, f float64) []Strategy {
+	out := append([]Strategy(nil), sts...)
+	for i := range out {
+		if out[i].Sleep > 0 {
+			out[i].Sleep = time.Duration(math.Ceil(out[i].Sleep.Seconds()*f)) * time.Second
+		}
+	}
+	return out
+}

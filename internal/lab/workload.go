@@ -1,0 +1,86 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/internal/sim/lbc"
+)
+
+// DemoImage is the demo app's image (cmd/draingate-demoapp), built offline.
+const DemoImage = "draingate.local/demoapp:1"
+
+const (
+	appName  = "demo"
+	appPort  = 8080
+	tgbName  = "demo"
+	grace    = 30 * time.Second // the app's own shutdown budget after SIGTERM
+	restartA = "draingate.dev/restarted-at"
+)
+
+// sleepSeconds is the native sleep action's whole seconds, rounded up.
+func sleepSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// deployment is the lab's app under one strategy: maxSurge 1,
+// maxUnavailable 0, the load balancer controller's readiness gate.
+func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
+	labels := map[string]string{"app": appName}
+	c := corev1.Container{
+		Name:            "app",
+		Image:           DemoImage,
+		ImagePullPolicy: corev1.PullNever,
+		Args:            []string{"-latency=" + sc.AppLatency.String()},
+		Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: appPort}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
+			PeriodSeconds: 1,
+		},
+	}
+	graceSeconds := int64(grace.Seconds())
+	if st.Sleep > 0 {
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: sleepSeconds(st.Sleep)}}}
+		graceSeconds += sleepSeconds(st.Sleep)
+	}
+	maxSurge, maxUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: appName},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{
+				Type:          appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &maxSurge, MaxUnavailable: &maxUnavailable},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To(graceSeconds),
+					ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: lbc.ReadinessGatePrefix + tgbName}},
+					Containers:                    []corev1.Container{c},
+				},
+			},
+		},
+	}
+}
+
+func service() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: appName},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": appName},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}
+}
+
+// restartPatch is what `kubectl rollout restart` sends.
+func restartPatch(at time.Time) []byte {
+	return fmt.Appendf(nil, `{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, restartA, at.UTC().Format(time.RFC3339Nano))
+}
