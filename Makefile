@@ -31,7 +31,7 @@ cluster-down:
 	$(GO) run ./cmd/draingate-cluster down
 
 demo: deps tools
-	hack/demo.sh
+	hack/demo.sh $(ARGS)
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

@@ -160,7 +160,7 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	defer srv.Close()
 
 	// The load balancer controller for this namespace.
-	ctrl := lbc.New(lbc.Config{Namespace: ns, ReconcileLag: sc.ReconcileLag, ReconcileJitter: sc.ReconcileJitter, Seed: r.o.Seed + uint64(idx)}, cl, r.dyn, r.elb)
+	ctrl := lbc.New(lbc.Config{Namespace: ns, ReconcileLag: sc.ReconcileLag, ReconcileJitter: sc.ReconcileJitter, GatePoll: time.Second, Seed: r.o.Seed + uint64(idx)}, cl, r.dyn, r.elb)
 	ctrlDone := make(chan error, 1)
 	go func() { ctrlDone <- ctrl.Run(ctx) }()
 	defer func() { cancel(); <-ctrlDone }()

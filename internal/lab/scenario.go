@@ -36,7 +36,10 @@ type Scenario struct {
 	RegistrationCapacity float64
 }
 
-// Scenarios are the named ones; alb is the default. Figures from FACTS.md:
+// Scenarios are the named ones; alb is the default. Health checks run every
+// 3 s (AWS allows 5 s at least): they only pace rollouts through the
+// readiness gate, not the termination race, and a faster pace keeps the
+// default demo short. Figures from FACTS.md:
 // ALB data planes keep sending new requests up to ~20 s after deregistration,
 // NLBs 2-5 minutes; a throttled or lagging controller deregisters 20-60 s late.
 var Scenarios = map[string]Scenario{
@@ -45,7 +48,7 @@ var Scenarios = map[string]Scenario{
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
 		PropagationMin: 0, PropagationMax: 20 * time.Second,
 		DeregistrationDelay: 60 * time.Second,
-		HealthCheckInterval: 5 * time.Second, HealthyThreshold: 2,
+		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
 		AppLatency: 50 * time.Millisecond,
 	},
 	"nlb": {
@@ -53,7 +56,7 @@ var Scenarios = map[string]Scenario{
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
 		PropagationMin: 120 * time.Second, PropagationMax: 300 * time.Second,
 		DeregistrationDelay: 300 * time.Second,
-		HealthCheckInterval: 5 * time.Second, HealthyThreshold: 2,
+		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
 		AppLatency: 50 * time.Millisecond,
 	},
 	"slow-aws": {
@@ -61,7 +64,7 @@ var Scenarios = map[string]Scenario{
 		ReconcileLag: 20 * time.Second, ReconcileJitter: 40 * time.Second,
 		PropagationMin: 0, PropagationMax: 20 * time.Second,
 		DeregistrationDelay: 60 * time.Second,
-		HealthCheckInterval: 5 * time.Second, HealthyThreshold: 2,
+		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
 		AppLatency:         50 * time.Millisecond,
 		RegistrationRefill: 0.5, RegistrationCapacity: 2,
 	},
