@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"draingate.dev/draingate/internal/lab"
 	"draingate.dev/draingate/internal/testenv"
@@ -26,9 +27,10 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "draingate-lab:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
 		}
+		fmt.Fprintln(os.Stderr, "draingate-lab:", err)
 		os.Exit(2)
 	}
 }
@@ -75,7 +77,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&c.pngPath, "png", "", "write a timeline per strategy as PNG to this file")
 	fs.Float64Var(&c.opts.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
-	seed := fs.Uint64("seed", 1, "random seed for lags and propagation delays")
+	seed := fs.Uint64("seed", 0, "random seed for lags and propagation delays (0: a new one per run, printed in the report)")
 	c.scenario.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -114,6 +116,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	c.opts.Scenario = c.scenario.Scaled(c.opts.TimeScale)
 	c.opts.Strategies = lab.ScaleStrategies(sts, c.opts.TimeScale)
 	c.opts.Seed = *seed
+	if c.opts.Seed == 0 {
+		c.opts.Seed = uint64(time.Now().UnixNano())
+	}
 	return c, nil
 }
 

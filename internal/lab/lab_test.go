@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,21 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleep(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep.WriteTable(os.Stderr)
+	for _, n := range rep.Notes {
+		if strings.Contains(n, "MISMATCH") {
+			t.Error(n)
+		}
+	}
 	none, slept := rep.Strategies[0], rep.Strategies[1]
+	for _, s := range rep.Strategies {
+		sent, failed := 0, 0
+		for _, b := range s.Timeline.Buckets() {
+			sent, failed = sent+b.Sent, failed+b.Failed
+		}
+		if sent != s.Requests || failed != s.Failed {
+			t.Errorf("%s: report says %d requests, %d failed; the timeline holds %d and %d", s.Name, s.Requests, s.Failed, sent, failed)
+		}
+	}
 	if none.Requests == 0 || slept.Requests == 0 {
 		t.Fatalf("no load: %d and %d requests", none.Requests, slept.Requests)
 	}

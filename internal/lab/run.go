@@ -50,6 +50,7 @@ type Env struct {
 // Run measures every strategy in turn and returns the report.
 func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 	rep := report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))
 	if o.TimeScale != 1 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g", o.TimeScale, o.TimeScale))
 	}
@@ -88,6 +89,7 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 		}
 		rep.Strategies = append(rep.Strategies, res)
 	}
+	rep.Notes = append(rep.Notes, r.notes...)
 	return rep, nil
 }
 
@@ -98,6 +100,7 @@ type runner struct {
 	elb   *elbv2.Client
 	dyn   dynamic.Interface
 	start time.Time
+	notes []string
 }
 
 func (r *runner) progress(st Strategy, format string, args ...any) {
@@ -236,6 +239,12 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	res.Requests, res.Failed = l.stop()
 	loadStopped = true
 	res.Timeline.End = time.Now()
+	// The lab's own consistency check: every request went through the data
+	// plane, so both sides must count the same.
+	if ds := dp.Stats(); int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
+		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d",
+			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed))
+	}
 
 	for _, p := range pods.snapshot() {
 		if p.deletedAt.IsZero() {

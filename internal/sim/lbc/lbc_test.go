@@ -1,0 +1,191 @@
+package lbc
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	elbv2types "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestControllerFollowsEndpoints runs the controller against the real
+// cluster and the emulator: ready pods are registered and get their
+// readiness gate once healthy; a deleted pod is deregistered while it is
+// still terminating (its preStop hook holds it), no earlier than the
+// configured lag; and with AWS's registration bucket nearly empty the
+// controller's calls are throttled and retried until they succeed.
+func TestControllerFollowsEndpoints(t *testing.T) {
+	c := testenv.Get(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := InstallCRD(ctx, c.Config); err != nil {
+		t.Fatal(err)
+	}
+	emu := elbv2sim.New(elbv2sim.Config{})
+	defer emu.Close()
+	url, err := emu.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arn, err := emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+		Name: "lbc-test", LoadBalancerType: elbv2sim.Application, Port: 8080,
+		HealthCheckPath: "/", HealthCheckInterval: 500 * time.Millisecond, DeregistrationDelay: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elb := elbv2.New(elbv2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lag = 2 * time.Second
+	ctrl := New(Config{Namespace: ns, ReconcileLag: lag, GatePoll: 500 * time.Millisecond, Logf: t.Logf}, c.Client, dyn, elb)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	events, unsubscribe := emu.Subscribe()
+	defer unsubscribe()
+	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./internal/testenv/cmd/testapp"); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "web"}
+	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := Binding{Namespace: ns, Name: "web", TargetGroupARN: arn, ServiceName: "web", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(GVR).Namespace(ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ReadinessGates: []corev1.PodReadinessGate{{ConditionType: ReadinessGatePrefix + "web"}},
+					Containers: []corev1.Container{{
+						Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+						Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 20}}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+							Path: "/", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+					}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both pods Ready means both gates were set, which the controller does
+	// only for targets the emulator reports healthy.
+	var pods []corev1.Pod
+	waitUntil(t, ctx, "both pods Ready through their readiness gate", func() bool {
+		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		ready := 0
+		for _, p := range l.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		pods = l.Items
+		return ready == 2
+	})
+	for _, p := range pods {
+		if st := emu.Targets(arn)[elbv2sim.Target{ID: p.Status.PodIP, Port: 8080}]; st != elbv2sim.StateHealthy {
+			t.Fatalf("pod %s is Ready but its target is %q", p.Name, st)
+		}
+	}
+
+	// Slow AWS from here on: one registration call every 4 s, and the one
+	// token there is spent now, so the controller's deregistration is
+	// throttled, retried by the SDK and requeued until it goes through.
+	inf := elbv2sim.BucketConfig{Capacity: math.Inf(1), RefillPerSecond: math.Inf(1)}
+	emu.SetThrottle(inf, elbv2sim.BucketConfig{Capacity: 1, RefillPerSecond: 0.25}, inf)
+	if _, err := elb.DeregisterTargets(ctx, &elbv2.DeregisterTargetsInput{TargetGroupArn: aws.String(arn),
+		Targets: []elbv2types.TargetDescription{{Id: aws.String("10.244.0.250"), Port: aws.Int32(8080)}}}); err != nil {
+		t.Fatal(err)
+	}
+	victim := pods[0]
+	deletedAt := time.Now()
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var drainingAt time.Time
+	for drainingAt.IsZero() {
+		select {
+		case ev := <-events:
+			if ev.TargetGroupARN == arn && ev.Target.ID == victim.Status.PodIP && ev.To == elbv2sim.StateDraining {
+				drainingAt = time.Now()
+			}
+		case <-ctx.Done():
+			t.Fatalf("pod %s was never deregistered", victim.Name)
+		}
+	}
+	if drainingAt.Sub(deletedAt) < lag {
+		t.Errorf("deregistered %s after deletion, before the %s reconcile lag", drainingAt.Sub(deletedAt), lag)
+	}
+	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp == nil {
+		t.Errorf("pod %s should still be terminating (its preStop sleeps 20 s) when deregistered: %v", victim.Name, err)
+	}
+	// Its replacement is registered once ready, through the same throttle.
+	waitUntil(t, ctx, "replacement registered and healthy", func() bool {
+		healthy := 0
+		for _, st := range emu.Targets(arn) {
+			if st == elbv2sim.StateHealthy {
+				healthy++
+			}
+		}
+		return healthy == 2
+	})
+	calls := emu.Calls()
+	if calls["RegisterTargets"]["OK"] < 2 || calls["DeregisterTargets"]["OK"] < 2 {
+		t.Errorf("calls %v: want registrations of both pods and the replacement, and the deregistration, to succeed", calls)
+	}
+	if calls["DeregisterTargets"]["Throttling"] == 0 {
+		t.Errorf("calls %v: the deregistration was never throttled, so the slow-AWS path was not exercised", calls)
+	}
+	t.Logf("ELBv2 calls: %v; deregistered %s after deletion", calls, drainingAt.Sub(deletedAt).Round(time.Millisecond))
+}
+
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
