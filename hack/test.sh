@@ -6,8 +6,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-cleanup() { go run ./cmd/draingate-cluster down || true; }
-trap cleanup EXIT
+# A cluster someone started with `make cluster-up` is used and left running;
+# otherwise whatever the tests left (a killed test binary) is torn down.
+if [ -f .cluster/state.json ]; then
+	echo "test: using the cluster already in .cluster (make cluster-down stops it)"
+else
+	cleanup() { go run ./cmd/draingate-cluster down || true; }
+	trap cleanup EXIT
+fi
 
 unformatted=$(gofmt -l $(git ls-files '*.go' | grep -v '^hack/tools/') 2>&1 || true)
 if [ -n "$unformatted" ]; then
