@@ -2,7 +2,7 @@
 # make test: format and vet checks, then every package's tests. Packages that
 # need the cluster start it in their TestMain; -p 1 runs test binaries one at
 # a time because there is one cluster per host (one bridge, one set of ports).
-# Whatever happens, the cluster is torn down at the end.
+# A cluster the tests started is torn down at the end, whatever happens.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
