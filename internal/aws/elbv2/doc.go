@@ -1,0 +1,29 @@
+// Package elbv2 is draingate's target-health poller: it tells the gate which
+// targets each AWS target group lists, and in which state, so that the gate
+// can hold a terminating pod until its target is out of every target group.
+//
+// AWS's Describe budget (10 calls/s, 40 burst per account and region) is
+// shared with the AWS Load Balancer Controller, and a controller starved of
+// it deregisters late, which is the very race draingate exists to cover. So
+// the cost of polling grows with target groups, never with pods:
+//
+//   - a target group is polled only while it has waiters ([Poller.Watch]
+//     until [Waiter.Close]), and every waiter of a group shares its polls:
+//     one DescribeTargetHealth per poll, a full listing, no Targets filter;
+//   - a group is polled at most once per Config.Interval;
+//   - every call, retries included, takes a token from one bucket shared by
+//     all groups (Config.Rate, Config.Burst); groups due for a poll take
+//     turns, so a busy group cannot starve another;
+//   - the SDK's own retries are switched off per call and the poller retries
+//     by itself, so no attempt escapes the bucket; on Throttling the group
+//     backs off exponentially with jitter (Config.BackoffMin to BackoffMax),
+//     and the shared bucket gives up its saved burst and refills at half
+//     rate for 5 s, halving again on each further Throttling in that window
+//     (down to 1/8), because the account's bucket is empty for everyone.
+//
+// It must never: poll per pod; make more calls than Config.Rate and
+// Config.Burst allow; or report a state it did not read. A failed call
+// keeps the last good listing and reports the error beside it, and a target
+// missing from a listing is simply absent: deciding that "absent after
+// being present" means deregistered is the caller's business.
+package elbv2

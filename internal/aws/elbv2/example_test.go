@@ -1,0 +1,48 @@
+package elbv2_test
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+
+	"draingate.dev/draingate/internal/aws/elbv2"
+	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+)
+
+// A gate watches a target group for as long as a pod waits on it, and reads
+// the latest listing whenever it changes.
+func Example() {
+	// The emulator stands in for AWS; in production the client is built
+	// from the usual AWS config.
+	sim := elbv2sim.New(elbv2sim.Config{})
+	defer sim.Close()
+	url, _ := sim.Listen("127.0.0.1:0")
+	arn, _ := sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "web", Port: 8080, HealthCheckInterval: time.Minute})
+	_ = sim.RegisterTargets(arn, elbv2sim.Target{ID: "127.0.0.1", Port: 8080})
+	client := elasticloadbalancingv2.New(elasticloadbalancingv2.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(url),
+		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		HTTPClient:   &http.Client{Transport: &http.Transport{Proxy: nil}},
+	})
+
+	p := elbv2.New(client, elbv2.Config{}) // 2 calls/s, burst 5, every 2 s
+	defer p.Close()
+	w := p.Watch(arn)
+	defer w.Close()
+	for range w.Changed() {
+		obs, ok := w.Latest()
+		if !ok {
+			continue // a failed call: obs.Err says why
+		}
+		for t, h := range obs.Targets {
+			fmt.Println(t.ID, t.Port, h.State, h.Reason)
+		}
+		break
+	}
+	// Output: 127.0.0.1 8080 initial Elb.RegistrationInProgress
+}
