@@ -1,0 +1,54 @@
+package api
+
+import (
+	"errors"
+	"net/url"
+	"testing"
+)
+
+// FuzzParseDrainRequest: the parser never panics, refuses only with a
+// *RequestError, and whatever it accepts is valid and survives URL() and a
+// second parse unchanged, so server and agent agree on every request.
+func FuzzParseDrainRequest(f *testing.F) {
+	for _, s := range []string{
+		"/v1/namespaces/default/pods/web-0/drain?uid=3f1c2a9e-7b1d-4c8e-9a6f-0d2b4e6f8a10&wait=20s",
+		"/v1/namespaces/n/pods/a.b/drain?wait=1h2m3.5s",
+		"/v1/namespaces/n/pods/p/drain?wait=1ns&x=y",
+		"/v1/namespaces/n/pods/p%2Fq/drain",
+		"/v1/namespaces/n/pods/p/drain?uid=a;b",
+		"http://gate:8080/v1/namespaces/n/pods/p/drain?wait=-0s",
+		"/v1/namespaces/n/pods/p/drain?wait=9223372036854775807ns",
+	} {
+		f.Add("GET", s)
+	}
+	f.Add("POST", "/v1/namespaces/n/pods/p/drain")
+	f.Fuzz(func(t *testing.T, method, raw string) {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		r, err := ParseDrainRequest(method, u)
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) || (re.Status != 400 && re.Status != 405) || re.Message == "" {
+				t.Fatalf("refusal is not a 400/405 *RequestError: %#v", err)
+			}
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("accepted %+v fails Validate: %v", r, err)
+		}
+		s := r.URL("http://draingate.draingate-system.svc:8080")
+		u2, err := url.Parse(s)
+		if err != nil {
+			t.Fatalf("URL() %q does not parse: %v", s, err)
+		}
+		r2, err := ParseDrainRequest("GET", u2)
+		if err != nil {
+			t.Fatalf("URL() %q of accepted %+v is refused: %v", s, r, err)
+		}
+		if r2 != r {
+			t.Fatalf("round trip through %q: got %+v, want %+v", s, r2, r)
+		}
+	})
+}

@@ -1,0 +1,189 @@
+package api
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DrainRequest is one question to the wait API: is this pod out of every
+// route yet?
+type DrainRequest struct {
+	Namespace string // a DNS-1123 label
+	Pod       string // a DNS-1123 subdomain
+	// UID, when set, must match the pod's: a pod recreated under the same
+	// name (a StatefulSet's) is another pod with other routes.
+	UID string
+	// Wait is how long the server may hold the request for a release; zero
+	// asks for the current verdict at once. The server caps it.
+	Wait time.Duration
+}
+
+// RequestError is a drain request the server must refuse. Its message is one
+// sentence naming what was wrong, fit for a 4xx body and a log line.
+type RequestError struct {
+	// Status is the HTTP status to answer with: 400 (malformed) or 405
+	// (method).
+	Status  int
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// The statuses are spelled out: importing net/http for two constants would
+// link all of it, TLS included, into the agent and double its size.
+const (
+	statusBadRequest       = 400
+	statusMethodNotAllowed = 405
+)
+
+func badRequest(format string, args ...any) error {
+	return &RequestError{Status: statusBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+// ParseDrainRequest reads a drain request from the method and URL of an HTTP
+// request. Its errors are *RequestError. Query parameters other than uid and
+// wait are ignored, so a newer agent can still ask an older server.
+func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
+	if method != "GET" {
+		return DrainRequest{}, &RequestError{
+			Status:  statusMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed: the drain API answers GET only", quote(method)),
+		}
+	}
+	if u == nil {
+		return DrainRequest{}, badRequest("the request has no URL")
+	}
+	// u.Path is decoded, so an escaped '/' (%2F) becomes a separator and
+	// fails the segment count instead of sneaking into a name.
+	seg := strings.Split(u.Path, "/")
+	if len(seg) != 7 || seg[0] != "" || seg[1] != "v1" || seg[2] != "namespaces" || seg[4] != "pods" || seg[6] != "drain" {
+		return DrainRequest{}, badRequest("path %s is not a drain path: want /v1/namespaces/{namespace}/pods/{name}/drain", quote(u.Path))
+	}
+	r := DrainRequest{Namespace: seg[3], Pod: seg[5]}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return DrainRequest{}, badRequest("the query string is malformed: %v", err)
+	}
+	for _, k := range []string{"uid", "wait"} {
+		if n := len(q[k]); n > 1 {
+			return DrainRequest{}, badRequest("query parameter %s is given %d times: give it once", k, n)
+		}
+	}
+	r.UID = q.Get("uid")
+	if w, ok := q["wait"]; ok {
+		d, err := time.ParseDuration(w[0])
+		if err != nil {
+			return DrainRequest{}, badRequest("wait %s is not a duration such as 20s or 1m30s", quote(w[0]))
+		}
+		r.Wait = d
+	}
+	if err := r.Validate(); err != nil {
+		return DrainRequest{}, err
+	}
+	return r, nil
+}
+
+// Validate checks the request's fields; its errors are *RequestError with
+// status 400. The agent uses it to catch a bad pod identity before asking.
+func (r DrainRequest) Validate() error {
+	if !isDNSLabel(r.Namespace) {
+		return badRequest("namespace %s is not a valid namespace name: want a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)", quote(r.Namespace))
+	}
+	if !isDNSSubdomain(r.Pod) {
+		return badRequest("pod name %s is not a valid pod name: want a DNS-1123 subdomain (at most 253 lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit)", quote(r.Pod))
+	}
+	if r.UID != "" && !isUID(r.UID) {
+		return badRequest("uid %s is not a valid pod UID: want hex digits and '-' (a UUID), at most 64 characters", quote(r.UID))
+	}
+	if r.Wait < 0 {
+		return badRequest("wait %s is negative", r.Wait)
+	}
+	return nil
+}
+
+// Path is the request's URL path.
+func (r DrainRequest) Path() string {
+	return "/v1/namespaces/" + url.PathEscape(r.Namespace) + "/pods/" + url.PathEscape(r.Pod) + "/drain"
+}
+
+// URL is the request's full URL under base, the server's root such as
+// "http://draingate.draingate-system.svc:8080". A zero Wait and an empty UID
+// are left out of the query.
+func (r DrainRequest) URL(base string) string {
+	q := url.Values{}
+	if r.UID != "" {
+		q.Set("uid", r.UID)
+	}
+	if r.Wait != 0 {
+		// Duration.String parses back to the same value, so the server reads
+		// exactly what the agent meant.
+		q.Set("wait", r.Wait.String())
+	}
+	s := strings.TrimRight(base, "/") + r.Path()
+	if len(q) > 0 {
+		s += "?" + q.Encode()
+	}
+	return s
+}
+
+// isDNSLabel reports whether s is an RFC 1123 label as Kubernetes checks
+// namespace names.
+func isDNSLabel(s string) bool {
+	return len(s) <= 63 && isLabelish(s)
+}
+
+// isDNSSubdomain reports whether s is an RFC 1123 subdomain as Kubernetes
+// checks pod names: the 253 limit is on the whole name, not per part.
+func isDNSSubdomain(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for part := range strings.SplitSeq(s, ".") {
+		if !isLabelish(part) {
+			return false
+		}
+	}
+	return true
+}
+
+func isLabelish(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isUID accepts what pods carry in metadata.uid: a UUID from the API server,
+// or for a static pod the kubelet's hex hash of its manifest. Loose on
+// layout, strict on alphabet: the point is to keep junk out of the server's
+// lookups and logs, not to re-implement UUID parsing.
+func isUID(s string) bool {
+	if s == "" || len(s) > 64 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// quote quotes a caller's input for an error message, cut short so a huge
+// URL cannot flood a log line or a response body.
+func quote(s string) string {
+	const max = 80
+	if len(s) > max {
+		return fmt.Sprintf("%q…", s[:max])
+	}
+	return fmt.Sprintf("%q", s)
+}

@@ -1,0 +1,112 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDrainRequest(t *testing.T) {
+	const uid = "3f1c2a9e-7b1d-4c8e-9a6f-0d2b4e6f8a10"
+	ok := []struct {
+		url  string
+		want DrainRequest
+	}{
+		{"/v1/namespaces/default/pods/web-7d9f8-abcde/drain?uid=" + uid + "&wait=20s",
+			DrainRequest{Namespace: "default", Pod: "web-7d9f8-abcde", UID: uid, Wait: 20 * time.Second}},
+		{"/v1/namespaces/kube-system/pods/a.b.c/drain", DrainRequest{Namespace: "kube-system", Pod: "a.b.c"}},
+		{"/v1/namespaces/n/pods/p/drain?wait=1m30s", DrainRequest{Namespace: "n", Pod: "p", Wait: 90 * time.Second}},
+		{"/v1/namespaces/n/pods/p/drain?wait=0", DrainRequest{Namespace: "n", Pod: "p"}},
+		// A static pod's UID is a hash, not a UUID.
+		{"/v1/namespaces/n/pods/p/drain?uid=0123456789abcdef0123456789ABCDEF", DrainRequest{Namespace: "n", Pod: "p", UID: "0123456789abcdef0123456789ABCDEF"}},
+		// Unknown parameters are ignored so a newer agent can ask an older server.
+		{"/v1/namespaces/n/pods/p/drain?future=1", DrainRequest{Namespace: "n", Pod: "p"}},
+		// Escapes decode before checks.
+		{"/v1/namespaces/n/pods/%70/drain", DrainRequest{Namespace: "n", Pod: "p"}},
+	}
+	for _, c := range ok {
+		got, err := ParseDrainRequest(http.MethodGet, mustURL(t, c.url))
+		if err != nil {
+			t.Errorf("%s: %v", c.url, err)
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s: got %+v, want %+v", c.url, got, c.want)
+		}
+	}
+
+	bad := []struct {
+		method, url string
+		status      int
+		mentions    string
+	}{
+		{"POST", "/v1/namespaces/n/pods/p/drain", 405, "POST"},
+		{"HEAD", "/v1/namespaces/n/pods/p/drain", 405, "GET only"},
+		{"GET", "/v1/namespaces/n/pods/p/drain/", 400, "not a drain path"},
+		{"GET", "/v1/namespaces/n/pods/p", 400, "not a drain path"},
+		{"GET", "/v2/namespaces/n/pods/p/drain", 400, "not a drain path"},
+		{"GET", "/v1/namespaces/n/pods/a%2Fb/drain", 400, "not a drain path"},
+		{"GET", "/v1/namespaces/N/pods/p/drain", 400, "namespace"},
+		{"GET", "/v1/namespaces/" + strings.Repeat("a", 64) + "/pods/p/drain", 400, "namespace"},
+		{"GET", "/v1/namespaces/a.b/pods/p/drain", 400, "namespace"},
+		{"GET", "/v1/namespaces/n/pods/-p/drain", 400, "pod name"},
+		{"GET", "/v1/namespaces/n/pods/p..q/drain", 400, "pod name"},
+		{"GET", "/v1/namespaces/n/pods/" + strings.Repeat("a", 254) + "/drain", 400, "pod name"},
+		{"GET", "/v1/namespaces//pods/p/drain", 400, "namespace"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?uid=xyz", 400, "uid"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?uid=" + strings.Repeat("a", 65), 400, "uid"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?uid=-", 400, "uid"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?wait=20", 400, "wait"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?wait=-1s", 400, "negative"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?wait=1s&wait=2s", 400, "2 times"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?uid=a;b", 400, "malformed"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?uid=%zz", 400, "malformed"},
+	}
+	for _, c := range bad {
+		_, err := ParseDrainRequest(c.method, mustURL(t, c.url))
+		var re *RequestError
+		if !errors.As(err, &re) {
+			t.Errorf("%s %s: got %v, want a *RequestError", c.method, c.url, err)
+			continue
+		}
+		if re.Status != c.status || !strings.Contains(re.Message, c.mentions) {
+			t.Errorf("%s %s: got %d %q, want %d mentioning %q", c.method, c.url, re.Status, re.Message, c.status, c.mentions)
+		}
+		if strings.ContainsAny(re.Message, "\r\n") || len(re.Message) > 400 {
+			t.Errorf("%s %s: message is not one short line: %q", c.method, c.url, re.Message)
+		}
+	}
+	if _, err := ParseDrainRequest("GET", nil); err == nil {
+		t.Error("a nil URL was accepted")
+	}
+}
+
+func TestDrainRequestURL(t *testing.T) {
+	r := DrainRequest{Namespace: "shop", Pod: "web-0", UID: "3f1c2a9e-7b1d-4c8e-9a6f-0d2b4e6f8a10", Wait: 12500 * time.Millisecond}
+	for _, base := range []string{"http://draingate.draingate-system.svc:8080", "http://draingate.draingate-system.svc:8080/"} {
+		got := r.URL(base)
+		want := "http://draingate.draingate-system.svc:8080/v1/namespaces/shop/pods/web-0/drain?uid=3f1c2a9e-7b1d-4c8e-9a6f-0d2b4e6f8a10&wait=12.5s"
+		if got != want {
+			t.Errorf("URL(%q) = %s, want %s", base, got, want)
+		}
+		back, err := ParseDrainRequest("GET", mustURL(t, got))
+		if err != nil || back != r {
+			t.Errorf("round trip of %s: got %+v, %v", got, back, err)
+		}
+	}
+	if got := (DrainRequest{Namespace: "n", Pod: "p"}).URL("http://g"); got != "http://g/v1/namespaces/n/pods/p/drain" {
+		t.Errorf("bare request URL = %s", got)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}

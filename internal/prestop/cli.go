@@ -1,0 +1,260 @@
+package prestop
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultServer is the gate server's in-cluster address when neither
+// --server nor DRAINGATE_SERVER says otherwise.
+const DefaultServer = "http://draingate.draingate-system.svc:8080"
+
+// waitFlags are the wait command's flags. Each also reads DRAINGATE_<NAME>
+// (upper case, '-' as '_'), so the webhook can configure the agent through
+// env alone; a flag wins over its variable.
+var waitFlags = []struct{ name, def, usage string }{
+	{"server", DefaultServer, "gate server root URL (http:// only)"},
+	{"max-wait", "90s", "longest wait for a release, from the start; the original hook runs after it"},
+	{"fallback", "30s", "how long to keep trying when no gate server answers at all (within max-wait)"},
+	{"poll-wait", DefaultPollWait.String(), "how long each long-poll asks the server to hold"},
+	{"then-http-get", "", "original hook: GET this http:// URL after the wait"},
+	{"then-sleep", "", "original hook: sleep this long after the wait"},
+	{"pod-name", "", "this pod's name (downward API: metadata.name)"},
+	{"pod-namespace", "", "this pod's namespace (downward API: metadata.namespace)"},
+	{"pod-uid", "", "this pod's UID (downward API: metadata.uid)"},
+	{"log", "", "also append the log lines to this file; /proc/1/fd/1 puts them in kubectl logs, since the kubelet drops a successful hook's output"},
+}
+
+func envName(flagName string) string {
+	return "DRAINGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Main is the draingate-prestop command line; it returns the exit code.
+// wait always returns 0; install returns 1 when it fails, so the init
+// container that runs it fails loudly.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "wait":
+		waitCommand(ctx, args[1:], getenv, stdout)
+		return 0
+	case "install":
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "draingate-prestop: install takes one argument, the directory to copy the agent into")
+			return 1
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "draingate-prestop: install: finding this executable: %v\n", err)
+			return 1
+		}
+		dst, err := Install(exe, args[1])
+		if err != nil {
+			fmt.Fprintf(stderr, "draingate-prestop: install: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "draingate-prestop: installed %s\n", dst)
+		return 0
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "draingate-prestop: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  draingate-prestop install DIR
+      copy this executable to DIR/draingate-prestop (an init container's job)
+  draingate-prestop wait [flags] [-- ARGV...]
+      wait until the gate server releases this pod (or max-wait passes, or
+      the fallback when no gate server answers), then run the original
+      preStop hook: ARGV, --then-http-get or --then-sleep; always exits 0
+
+flags of wait, each also read from the environment variable shown:
+`)
+	for _, f := range waitFlags {
+		def := ""
+		if f.def != "" {
+			def = ", default " + f.def
+		}
+		fmt.Fprintf(w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, envName(f.name), def)
+	}
+}
+
+// waitCommand runs "wait". Bad flags never block termination: the agent
+// says what is wrong, skips the wait (it cannot trust a deadline it could
+// not read) and still runs the original hook if that much was readable.
+func waitCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) {
+	cfg, logPath, problems := parseWait(args, getenv)
+	out := stdout
+	var logErr error
+	if logPath != "" {
+		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			logErr = err
+		} else {
+			defer f.Close()
+			out = tee{stdout, f}
+		}
+	}
+	log := logger{out}
+	if logErr != nil {
+		log.printf("not logging to the --log file: %v", logErr)
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			log.printf("bad flag: %s", p)
+		}
+		log.printf("not waiting: with bad flags the agent cannot trust its settings")
+		runHook(ctx, cfg.Then, out, log)
+		return
+	}
+	cfg.Out = out
+	Run(ctx, cfg)
+}
+
+// parseWait reads the wait command's flags and environment. It reads all it
+// can past a bad flag, so that one mistake does not cost the original hook.
+func parseWait(args []string, getenv func(string) string) (cfg Config, logPath string, problems []string) {
+	flagArgs, argv := args, []string(nil)
+	for i, a := range args {
+		if a == "--" {
+			flagArgs, argv = args[:i], args[i+1:]
+			break
+		}
+	}
+	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vals := map[string]*string{}
+	for _, f := range waitFlags {
+		vals[f.name] = fs.String(f.name, "", f.usage)
+	}
+	for rest := flagArgs; len(rest) > 0; {
+		err := fs.Parse(rest)
+		next := fs.Args()
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			problems = append(problems, "-h: run draingate-prestop help for usage")
+		case err != nil:
+			problems = append(problems, err.Error())
+		case len(next) > 0:
+			problems = append(problems, fmt.Sprintf("unexpected argument %q: the original hook's argv goes after --", next[0]))
+			next = next[1:]
+		}
+		// flag stops at a bad flag without always consuming it: skip it
+		// here so the rest still gets read.
+		if len(next) == len(rest) {
+			next = next[1:]
+		}
+		rest = next
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// value returns the setting and where it came from, for error messages.
+	value := func(name string) (string, string) {
+		if set[name] {
+			return *vals[name], "--" + name
+		}
+		if v := getenv(envName(name)); v != "" {
+			return v, "$" + envName(name)
+		}
+		for _, f := range waitFlags {
+			if f.name == name {
+				return f.def, "--" + name
+			}
+		}
+		panic("unknown flag " + name)
+	}
+	duration := func(name string, positive bool) time.Duration {
+		s, from := value(name)
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s %q is not a duration such as 30s or 1m30s", from, s))
+		case positive && d <= 0:
+			problems = append(problems, fmt.Sprintf("%s %s must be more than 0", from, s))
+		case d < 0:
+			problems = append(problems, fmt.Sprintf("%s %s must not be negative", from, s))
+		}
+		return d
+	}
+	cfg.Server, _ = value("server")
+	cfg.Pod, _ = value("pod-name")
+	cfg.Namespace, _ = value("pod-namespace")
+	cfg.UID, _ = value("pod-uid")
+	cfg.MaxWait = duration("max-wait", false)
+	cfg.Fallback = duration("fallback", false)
+	cfg.PollWait = duration("poll-wait", true)
+	logPath, _ = value("log")
+	var hookProblems []string
+	cfg.Then, hookProblems = pickHook(argv, set, value)
+	problems = append(problems, hookProblems...)
+	return cfg, logPath, problems
+}
+
+// pickHook finds the original hook. The command line wins over the
+// environment as a whole, so a stale variable cannot add a second hook.
+// Given more than one, it reports that and picks the first usable of exec,
+// http-get, sleep: running one of the app's hooks beats running none.
+func pickHook(argv []string, set map[string]bool, value func(string) (string, string)) (Hook, []string) {
+	fromCommandLine := len(argv) > 0 || set["then-http-get"] || set["then-sleep"]
+	var (
+		candidates []Hook
+		names      []string
+		problems   []string
+	)
+	if len(argv) > 0 {
+		candidates, names = append(candidates, Hook{Exec: argv}), append(names, "exec")
+	}
+	if s, from := value("then-http-get"); s != "" && (set["then-http-get"] || !fromCommandLine) {
+		names = append(names, "http-get")
+		if _, err := checkHTTPURL(s); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", from, err))
+		} else {
+			candidates = append(candidates, Hook{HTTPGet: s})
+		}
+	}
+	if s, from := value("then-sleep"); s != "" && (set["then-sleep"] || !fromCommandLine) {
+		names = append(names, "sleep")
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			problems = append(problems, fmt.Sprintf("%s %q is not a duration such as 5s", from, s))
+		} else {
+			candidates = append(candidates, Hook{Sleep: d})
+		}
+	}
+	if len(names) > 1 {
+		chosen := "none of them"
+		if len(candidates) > 0 {
+			chosen = candidates[0].String()
+		}
+		problems = append(problems, fmt.Sprintf("more than one original hook given (%s): running %s", strings.Join(names, ", "), chosen))
+	}
+	if len(candidates) == 0 {
+		return Hook{}, problems
+	}
+	return candidates[0], problems
+}
+
+// tee writes to every writer whatever happens to the others: a closed log
+// file must not silence stdout, nor the reverse.
+type tee []io.Writer
+
+func (t tee) Write(p []byte) (int, error) {
+	for _, w := range t {
+		w.Write(p)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,141 @@
+package prestop
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseWaitDefaultsAndEnv(t *testing.T) {
+	cfg, logPath, problems := parseWait(nil, env(nil))
+	want := Config{Server: DefaultServer, MaxWait: 90 * time.Second, Fallback: 30 * time.Second, PollWait: 20 * time.Second}
+	if !reflect.DeepEqual(cfg, want) || logPath != "" || problems != nil {
+		t.Errorf("defaults: %+v %q %v", cfg, logPath, problems)
+	}
+
+	e := env(map[string]string{
+		"DRAINGATE_SERVER": "http://gate:9090", "DRAINGATE_MAX_WAIT": "2m", "DRAINGATE_FALLBACK": "10s",
+		"DRAINGATE_POLL_WAIT": "5s", "DRAINGATE_THEN_SLEEP": "3s", "DRAINGATE_LOG": "/proc/1/fd/1",
+		"DRAINGATE_POD_NAME": "web-0", "DRAINGATE_POD_NAMESPACE": "shop", "DRAINGATE_POD_UID": testUID,
+	})
+	cfg, logPath, problems = parseWait(nil, e)
+	want = Config{Server: "http://gate:9090", Namespace: "shop", Pod: "web-0", UID: testUID,
+		MaxWait: 2 * time.Minute, Fallback: 10 * time.Second, PollWait: 5 * time.Second, Then: Hook{Sleep: 3 * time.Second}}
+	if !reflect.DeepEqual(cfg, want) || logPath != "/proc/1/fd/1" || problems != nil {
+		t.Errorf("env: %+v %q %v", cfg, logPath, problems)
+	}
+
+	// Flags win over env; a hook on the command line replaces the env's.
+	cfg, _, problems = parseWait([]string{"--server", "http://other", "-max-wait=45s", "--", "/app/stop", "--now"}, e)
+	if cfg.Server != "http://other" || cfg.MaxWait != 45*time.Second || cfg.Fallback != 10*time.Second ||
+		!reflect.DeepEqual(cfg.Then, Hook{Exec: []string{"/app/stop", "--now"}}) || problems != nil {
+		t.Errorf("flags over env: %+v %v", cfg, problems)
+	}
+	cfg, _, _ = parseWait([]string{"--then-http-get", "http://127.0.0.1:8080/stop"}, e)
+	if !reflect.DeepEqual(cfg.Then, Hook{HTTPGet: "http://127.0.0.1:8080/stop"}) {
+		t.Errorf("http-get flag over env sleep: %+v", cfg.Then)
+	}
+}
+
+func TestParseWaitBadFlagsKeepTheHook(t *testing.T) {
+	cases := []struct {
+		args     []string
+		hook     Hook
+		problems []string
+	}{
+		{[]string{"--max-wait", "soon", "--bogus", "--then-sleep", "2s"}, Hook{Sleep: 2 * time.Second},
+			[]string{"flag provided but not defined: -bogus", `--max-wait "soon" is not a duration`}},
+		{[]string{"---x", "--fallback=-1s", "--", "/app/stop"}, Hook{Exec: []string{"/app/stop"}},
+			[]string{"bad flag syntax: ---x", "--fallback -1s must not be negative"}},
+		{[]string{"stray", "--poll-wait", "0s", "--then-http-get", "http://localhost/stop"}, Hook{HTTPGet: "http://localhost/stop"},
+			[]string{`unexpected argument "stray"`, "--poll-wait 0s must be more than 0"}},
+		{[]string{"--then-sleep", "1s", "--", "/app/stop"}, Hook{Exec: []string{"/app/stop"}},
+			[]string{"more than one original hook given (exec, sleep): running exec /app/stop"}},
+		{[]string{"--then-http-get", "https://localhost/stop", "--then-sleep", "1s"}, Hook{Sleep: time.Second},
+			[]string{"https is not supported", "running sleep 1s"}},
+		{[]string{"--then-sleep", "forever"}, Hook{}, []string{`--then-sleep "forever" is not a duration`}},
+		{[]string{"--max-wait"}, Hook{}, []string{"flag needs an argument: -max-wait"}},
+	}
+	for _, c := range cases {
+		cfg, _, problems := parseWait(c.args, env(nil))
+		if !reflect.DeepEqual(cfg.Then, c.hook) {
+			t.Errorf("%q: hook %+v, want %+v", c.args, cfg.Then, c.hook)
+		}
+		all := strings.Join(problems, "\n")
+		for _, p := range c.problems {
+			if !strings.Contains(all, p) {
+				t.Errorf("%q: problems lack %q:\n%s", c.args, p, all)
+			}
+		}
+	}
+}
+
+func TestMainWait(t *testing.T) {
+	g := newGate(t, func(int, api.DrainRequest) reply { return released(api.ReasonDrained) })
+	h := newHookRecorder(t)
+	logFile := filepath.Join(t.TempDir(), "log")
+	var stdout, stderr bytes.Buffer
+	e := env(map[string]string{
+		"DRAINGATE_SERVER": g.URL, "DRAINGATE_POD_NAME": "web-0", "DRAINGATE_POD_NAMESPACE": "shop",
+		"DRAINGATE_POD_UID": testUID, "DRAINGATE_LOG": logFile,
+	})
+	code := Main(context.Background(), []string{"wait", "--then-http-get", h.URL + "/stop"}, e, &stdout, &stderr)
+	if code != 0 || stderr.Len() != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	h.only(t)
+	mustContain(t, stdout.String(), "released after", "original hook done")
+	if b, _ := os.ReadFile(logFile); string(b) != stdout.String() {
+		t.Errorf("--log file differs from stdout:\n%s", b)
+	}
+
+	// Bad flags: no asking, the hook still runs, exit 0.
+	h2 := newHookRecorder(t)
+	stdout.Reset()
+	before := len(g.recorded())
+	code = Main(context.Background(), []string{"wait", "--max-wait", "90", "--then-http-get", h2.URL}, e, &stdout, &stderr)
+	if code != 0 || len(g.recorded()) != before {
+		t.Fatalf("bad flags: exit %d, asked %d times", code, len(g.recorded())-before)
+	}
+	h2.only(t)
+	mustContain(t, stdout.String(), `bad flag: --max-wait "90" is not a duration`, "not waiting", "original hook done")
+
+	// No pod identity: no asking either, exit 0.
+	stdout.Reset()
+	if code := Main(context.Background(), []string{"wait"}, env(map[string]string{"DRAINGATE_SERVER": g.URL}), &stdout, &stderr); code != 0 {
+		t.Errorf("no identity: exit %d", code)
+	}
+	mustContain(t, stdout.String(), "not waiting: namespace", "no original hook; done")
+}
+
+func TestMainOtherCommands(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	ctx := context.Background()
+	if code := Main(ctx, nil, env(nil), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage:") {
+		t.Errorf("no command: exit %d, %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := Main(ctx, []string{"frobnicate"}, env(nil), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d, %q", code, stderr.String())
+	}
+	if code := Main(ctx, []string{"help"}, env(nil), &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "DRAINGATE_MAX_WAIT, default 90s") {
+		t.Errorf("help: exit %d, %q", code, stdout.String())
+	}
+	for _, args := range [][]string{{"install"}, {"install", "a", "b"}, {"install", filepath.Join(t.TempDir(), "missing")}} {
+		stderr.Reset()
+		if code := Main(ctx, args, env(nil), &stdout, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), "draingate-prestop: install") {
+			t.Errorf("%q: exit %d, stderr %q; want 1 with the reason", args, code, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,23 @@
+// Package prestop is the preStop agent's logic: ask the gate server whether
+// this pod is out of every route, long-polling until it says released or the
+// agent's own deadline comes; fall back to a bounded wait when no gate server
+// can be asked; then run the container's original preStop hook.
+//
+// What it must never do:
+//   - block termination past its deadline: every request, backoff and
+//     fallback wait is bounded by max-wait from the start (the original
+//     hook's own time comes on top; the injecting webhook sizes the grace
+//     period to fit max-wait plus the hook);
+//   - release early because something failed: once a gate server has
+//     answered, errors only lengthen the wait, up to the deadline; only
+//     "no gate server answered at all" (or one that refuses the request)
+//     ends a wait on the fallback timer;
+//   - fail the hook: Run always returns and the command always exits 0,
+//     whatever the server, the flags or the original hook did, because a
+//     failed preStop hook only costs an Event while a stuck one costs the
+//     whole grace period.
+//
+// It uses the standard library and draingate's api package only (not even
+// net/http: see httpget.go), so the agent stays a small static binary that
+// needs nothing from the app's image.
+package prestop

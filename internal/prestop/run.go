@@ -1,0 +1,325 @@
+package prestop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+// Backoff between failed asks: doubling from minBackoff to maxBackoff, each
+// pause drawn from its upper half so that the pods of one rollout do not ask
+// a recovering server in lockstep. Variables so tests can shrink them.
+var (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+const (
+	// answerSlack is how much longer than the wait it asked for the agent
+	// gives the server to answer before it calls the ask lost.
+	answerSlack = 5 * time.Second
+	// minPollGap paces asks when a server answers a long-poll at once (one
+	// that caps wait to nothing, or an old one): at most four asks a second.
+	minPollGap = 250 * time.Millisecond
+	// notFoundTries is how many 404s in a row the agent takes: the
+	// server's cache may be a moment behind, but not for seconds.
+	notFoundTries = 5
+)
+
+// Run waits until the gate server releases the pod, or until cfg.MaxWait
+// has passed since the call, or, when no gate server answers, until
+// cfg.Fallback has passed; then it runs cfg.Then. It always returns, and
+// logs one line per decision to cfg.Out.
+func Run(ctx context.Context, cfg Config) Result {
+	start := time.Now()
+	if cfg.PollWait == 0 {
+		cfg.PollWait = DefaultPollWait
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	log := logger{cfg.Out}
+	var res Result
+	if err := cfg.Validate(); err != nil {
+		// Without a valid request there is nobody to ask and no deadline to
+		// trust; Kubernetes' own behaviour (hook, then SIGTERM) is the safe
+		// side.
+		log.printf("not waiting: %s", oneLine(err))
+		res.Outcome = Invalid
+	} else {
+		w := &waiter{cfg: cfg, log: log, start: start}
+		w.run(ctx)
+		res = w.res
+	}
+	res.Waited = time.Since(start)
+	res.HookRan, res.HookErr = runHook(ctx, cfg.Then, cfg.Out, log)
+	return res
+}
+
+type waiter struct {
+	cfg   Config
+	log   logger
+	start time.Time
+	res   Result
+
+	answered bool          // some HTTP answer came back, whatever its status
+	backoff  time.Duration // the current backoff step; zero after a good answer
+	notFound int           // 404s in a row
+	lastErr  string        // the last failure logged, to log only changes
+	lastSeen string        // the last waiting verdict logged, likewise
+}
+
+func (w *waiter) run(ctx context.Context) {
+	cfg := w.cfg
+	deadline := w.start.Add(cfg.MaxWait)
+	fallbackEnd := w.start.Add(min(cfg.Fallback, cfg.MaxWait))
+	req := api.DrainRequest{Namespace: cfg.Namespace, Pod: cfg.Pod, UID: cfg.UID}
+	w.log.printf("asking %s whether %s/%s may stop: max wait %s, fallback %s", cfg.Server, cfg.Namespace, cfg.Pod, cfg.MaxWait, min(cfg.Fallback, cfg.MaxWait))
+	for {
+		now := time.Now()
+		switch {
+		case ctx.Err() != nil:
+			w.res.Outcome = Canceled
+			w.log.printf("wait canceled after %s: %v", w.since(), context.Cause(ctx))
+			return
+		case !now.Before(deadline):
+			w.res.Outcome = Deadline
+			w.log.printf("deadline reached after %s, not released (%s)", w.since(), w.lastWord())
+			return
+		case !w.answered && w.res.Asks > 0 && !now.Before(fallbackEnd):
+			w.res.Outcome = NoServer
+			w.log.printf("no gate server answered in %s (%d asks, last error: %s); waited fallback %s", w.since(), w.res.Asks, w.lastErr, min(cfg.Fallback, cfg.MaxWait))
+			return
+		}
+
+		// Until a server has answered, ask for an answer at once and stop
+		// trying when the fallback ends: a long-poll would hide whether
+		// anybody is there. The first ask always gets its chance, so a
+		// zero fallback still asks once.
+		limit := deadline
+		req.Wait = 0
+		if !w.answered && w.res.Asks > 0 {
+			limit = fallbackEnd
+		}
+		if w.answered {
+			remaining := deadline.Sub(now)
+			if remaining < minPollGap {
+				// Too little time to be worth another round trip.
+				sleepUntil(ctx, deadline)
+				continue
+			}
+			// Ask the server to answer a little before the deadline, so the
+			// last verdict arrives instead of being cut off.
+			req.Wait = min(cfg.PollWait, remaining-min(time.Second, remaining/10)).Truncate(time.Millisecond)
+		}
+		timeout := min(limit.Sub(now), req.Wait+answerSlack)
+		resp, err := w.ask(ctx, req, timeout)
+		w.res.Asks++
+		if ctx.Err() != nil {
+			continue
+		}
+		if err != nil {
+			if w.answered {
+				w.failed(fmt.Sprintf("gate server did not answer: %v", err), "retrying until the deadline")
+			} else {
+				w.failed(fmt.Sprintf("gate server unreachable: %v", err), fmt.Sprintf("retrying until the fallback ends in %s", round(time.Until(fallbackEnd))))
+			}
+			w.pause(ctx, limit)
+			continue
+		}
+		w.answered = true
+		switch s := resp.status; {
+		case s == 200:
+			var v api.Verdict
+			if err := json.Unmarshal(resp.body, &v); err != nil {
+				w.failed(fmt.Sprintf("gate server answered 200 with no verdict: %v", err), "retrying")
+				w.pause(ctx, deadline)
+				continue
+			}
+			w.res.Verdict = &v
+			w.backoff, w.notFound, w.lastErr = 0, 0, ""
+			if v.Released {
+				w.res.Outcome = Released
+				w.log.printf("released after %s: %s", w.since(), summary(&v))
+				return
+			}
+			if seen := seenKey(&v); seen != w.lastSeen {
+				w.lastSeen = seen
+				w.log.printf("waiting after %s: %s", w.since(), summary(&v))
+			}
+			if took := time.Since(now); req.Wait > 0 && took < minPollGap {
+				sleepUntil(ctx, earlier(now.Add(minPollGap), deadline))
+			}
+		case s == 404:
+			w.notFound++
+			if w.notFound >= notFoundTries {
+				w.refused(ctx, fallbackEnd, fmt.Sprintf("gate server does not know the pod after %d asks: %s", w.notFound, errorText(resp)))
+				return
+			}
+			w.failed(fmt.Sprintf("gate server does not know the pod (yet): %s", errorText(resp)), "retrying: its cache may be behind")
+			w.pause(ctx, deadline)
+		case s >= 400 && s < 500 && s != 429:
+			w.refused(ctx, fallbackEnd, fmt.Sprintf("gate server refused the request: %d %s", s, errorText(resp)))
+			return
+		default:
+			// 5xx, 429, and what a gate server never sends (3xx…): the
+			// server is there but cannot answer now; errors lengthen the
+			// wait, they never shorten it.
+			w.failed(fmt.Sprintf("gate server answered %d %s", s, errorText(resp)), "retrying until the deadline")
+			w.pause(ctx, deadline)
+		}
+	}
+}
+
+// ask sends one drain request, bounded by timeout.
+func (w *waiter) ask(ctx context.Context, req api.DrainRequest, timeout time.Duration) (response, error) {
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := httpGet(actx, req.URL(w.cfg.Server), true)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within %s", round(timeout))
+	}
+	return resp, err
+}
+
+// refused stops asking and waits out the fallback: the server cannot help
+// with this request, so the bounded wait is the best left to give.
+func (w *waiter) refused(ctx context.Context, fallbackEnd time.Time, why string) {
+	w.res.Outcome = Refused
+	left := time.Until(fallbackEnd)
+	if left > 0 {
+		w.log.printf("%s; not asking again, waiting out the fallback (%s more)", why, round(left))
+		sleepUntil(ctx, fallbackEnd)
+	} else {
+		w.log.printf("%s; not asking again, fallback already over", why)
+	}
+}
+
+// failed logs a failed ask unless it is the same failure as the last one:
+// a server down for a minute should cost one line, not forty.
+func (w *waiter) failed(what, then string) {
+	if what != w.lastErr {
+		w.log.printf("%s; %s", what, then)
+	}
+	w.lastErr = what
+}
+
+// pause sleeps one backoff step, never past limit.
+func (w *waiter) pause(ctx context.Context, limit time.Time) {
+	sleepUntil(ctx, earlier(time.Now().Add(w.nextBackoff()), limit))
+}
+
+func (w *waiter) nextBackoff() time.Duration {
+	if w.backoff == 0 {
+		w.backoff = minBackoff
+	} else {
+		w.backoff = min(2*w.backoff, maxBackoff)
+	}
+	return w.backoff/2 + rand.N(w.backoff/2+1)
+}
+
+func (w *waiter) since() string { return round(time.Since(w.start)) }
+
+// lastWord is what the agent last heard, for the deadline's log line.
+func (w *waiter) lastWord() string {
+	switch {
+	case w.res.Verdict != nil && w.lastErr == "":
+		return "last verdict: " + summary(w.res.Verdict)
+	case w.res.Verdict != nil:
+		return "last verdict: " + summary(w.res.Verdict) + "; then " + w.lastErr
+	case w.lastErr != "":
+		return w.lastErr
+	}
+	return "no answer yet"
+}
+
+// summary is a verdict as a log line fragment:
+// "drained (routes: endpointslice/web-x closed, targetgroup/tg-web closed)".
+func summary(v *api.Verdict) string {
+	reason := string(v.Reason)
+	switch {
+	case reason != "":
+	case v.Released:
+		reason = "released"
+	default:
+		reason = "not released yet"
+	}
+	s := reason + " (" + routeList(v.Routes) + ")"
+	if v.Message != "" {
+		s += ": " + v.Message
+	}
+	return s
+}
+
+func routeList(rs []api.Route) string {
+	if len(rs) == 0 {
+		return "no routes"
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = r.String()
+	}
+	return "routes: " + strings.Join(parts, ", ")
+}
+
+// seenKey is what makes a waiting verdict worth a new log line: a change of
+// reason or of some route's state, not the passing of time.
+func seenKey(v *api.Verdict) string { return string(v.Reason) + "|" + routeList(v.Routes) }
+
+// errorText is the gist of an error answer: a verdict's message, else the
+// body's first line.
+func errorText(r response) string {
+	var v api.Verdict
+	if json.Unmarshal(r.body, &v) == nil && v.Message != "" {
+		return truncate(v.Message, 200)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(r.body)), "\n")
+	if line == "" {
+		return "(no body)"
+	}
+	return truncate(line, 200)
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func sleepUntil(ctx context.Context, t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// round keeps log lines readable: 12.3s, not 12.301234567s.
+func round(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+type logger struct{ w io.Writer }
+
+func (l logger) printf(format string, args ...any) {
+	fmt.Fprintf(l.w, "draingate-prestop: "+format+"\n", args...)
+}
+
+// oneLine joins a multi-line error (errors.Join) into one log line.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
