@@ -22,4 +22,6 @@ fi
 go vet ./...
 # Compile every test binary first, in parallel, so -p 1 only serialises runs.
 go test -short -count=1 -run '^$' ./... >/dev/null
+# Short fuzzing of the parsers that face untrusted input.
+go test -run '^$' -fuzz '^FuzzParseDrainRequest$' -fuzztime 10s ./api/
 go test -p 1 -count=1 -timeout 60m "$@" ./...
