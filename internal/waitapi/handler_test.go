@@ -1,0 +1,583 @@
+package waitapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"draingate.dev/draingate/api"
+)
+
+const testUID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+
+// fakeGate is an in-memory Gate: verdicts by "ns/name", a change signal per
+// subscription (sent, or closed when closeOnChange), and an optional error.
+type fakeGate struct {
+	mu            sync.Mutex
+	pods          map[string]api.Verdict
+	err           error
+	closeOnChange bool
+	subs          map[int]chan struct{}
+	next          int
+	subscribed    chan struct{} // signalled on each Changed call
+}
+
+func newFakeGate() *fakeGate {
+	return &fakeGate{pods: map[string]api.Verdict{}, subs: map[int]chan struct{}{}, subscribed: make(chan struct{}, 100)}
+}
+
+func (g *fakeGate) set(v api.Verdict) {
+	g.mu.Lock()
+	g.pods[v.Namespace+"/"+v.Pod] = v
+	for id, ch := range g.subs {
+		if g.closeOnChange {
+			close(ch)
+			delete(g.subs, id)
+		} else {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	g.mu.Unlock()
+}
+
+func (g *fakeGate) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return api.Verdict{}, g.err
+	}
+	v, ok := g.pods[req.Namespace+"/"+req.Pod]
+	if !ok {
+		return api.Verdict{}, fmt.Errorf("pod %s/%s: %w", req.Namespace, req.Pod, ErrUnknownPod)
+	}
+	return v, nil
+}
+
+func (g *fakeGate) Changed(req api.DrainRequest) (<-chan struct{}, func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	id := g.next
+	g.next++
+	ch := make(chan struct{}, 1)
+	g.subs[id] = ch
+	select {
+	case g.subscribed <- struct{}{}:
+	default:
+	}
+	return ch, func() {
+		g.mu.Lock()
+		delete(g.subs, id)
+		g.mu.Unlock()
+	}
+}
+
+func (g *fakeGate) subscriptions() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.subs)
+}
+
+func waiting(ns, pod string) api.Verdict {
+	return api.Verdict{Namespace: ns, Pod: pod, UID: testUID, Reason: api.ReasonNotTerminating, Waited: api.Duration(time.Second),
+		Routes: []api.Route{{Kind: "targetgroup", Name: "tg-web", State: "draining"}}}
+}
+
+func drained(ns, pod string) api.Verdict {
+	return api.Verdict{Namespace: ns, Pod: pod, UID: testUID, Released: true, Reason: api.ReasonDrained, Waited: api.Duration(12 * time.Second)}
+}
+
+type fixture struct {
+	gate *fakeGate
+	reg  *prometheus.Registry
+	m    *Metrics
+	srv  *httptest.Server
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	f := &fixture{gate: newFakeGate(), reg: prometheus.NewRegistry()}
+	f.m = NewMetrics(f.reg)
+	cfg.Metrics = f.m
+	f.srv = httptest.NewServer(NewHandler(f.gate, cfg))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a answer) verdict(t *testing.T) api.Verdict {
+	t.Helper()
+	var v api.Verdict
+	if err := json.Unmarshal(a.body, &v); err != nil {
+		t.Fatalf("body %q is not a verdict: %v", a.body, err)
+	}
+	return v
+}
+
+func (a answer) errorMessage(t *testing.T) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(a.body, &e); err != nil || e.Error == "" {
+		t.Fatalf("body %q has no error message (%v)", a.body, err)
+	}
+	return e.Error
+}
+
+func do(t *testing.T, ctx context.Context, method, url string) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, url, ct)
+	}
+	return answer{resp.StatusCode, resp.Header, b}
+}
+
+func get(t *testing.T, url string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return do(t, ctx, http.MethodGet, url)
+}
+
+func drainURL(base, ns, pod, query string) string {
+	u := api.DrainRequest{Namespace: ns, Pod: pod}.URL(base)
+	if query != "" {
+		u += "?" + query
+	}
+	return u
+}
+
+func TestReleasedAtOnce(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: time.Hour})
+	f.gate.set(drained("shop", "web-0"))
+	start := time.Now()
+	a := get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+testUID+"&wait=1h"))
+	if a.status != 200 {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("a released pod took %s to answer", took)
+	}
+	v := a.verdict(t)
+	if !v.Released || v.Reason != api.ReasonDrained || v.Pod != "web-0" || v.Namespace != "shop" || time.Duration(v.Waited) != 12*time.Second {
+		t.Errorf("verdict %+v", v)
+	}
+	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues("drained")); got != 1 {
+		t.Errorf("waits_total{outcome=drained} = %v", got)
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("200")); got != 1 {
+		t.Errorf("wait_requests_total{code=200} = %v", got)
+	}
+	if n := testutil.CollectAndCount(f.m.WaitSeconds); n != 1 {
+		t.Errorf("wait_seconds: %d series", n)
+	}
+	if f.gate.subscriptions() != 0 {
+		t.Errorf("a released pod left a subscription")
+	}
+}
+
+func TestNoWaitAnswersAtOnce(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: time.Hour})
+	f.gate.set(waiting("shop", "web-0"))
+	for _, q := range []string{"", "wait=0s", "uid=" + testUID} {
+		a := get(t, drainURL(f.srv.URL, "shop", "web-0", q))
+		if a.status != 200 {
+			t.Fatalf("%q: status %d: %s", q, a.status, a.body)
+		}
+		if v := a.verdict(t); v.Released || len(v.Routes) != 1 || v.Routes[0].State != "draining" {
+			t.Errorf("%q: verdict %+v", q, v)
+		}
+	}
+	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUnreleased)); got != 3 {
+		t.Errorf("waits_total{outcome=unreleased} = %v", got)
+	}
+}
+
+func testLongPollReleased(t *testing.T, closeOnChange bool) {
+	f := newFixture(t, Config{MaxWait: time.Minute})
+	f.gate.closeOnChange = closeOnChange
+	f.gate.set(waiting("shop", "web-0"))
+	done := make(chan answer, 1)
+	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+testUID+"&wait=50s")) }()
+	<-f.gate.subscribed
+	// A change that does not release the pod keeps the poll going.
+	still := waiting("shop", "web-0")
+	still.Routes[0].State = "closed"
+	f.gate.set(still)
+	select {
+	case a := <-done:
+		t.Fatalf("answered before release: %d %s", a.status, a.body)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if got := testutil.ToFloat64(f.m.Waiting); got != 1 {
+		t.Errorf("waiting_pods = %v during the poll", got)
+	}
+	f.gate.set(drained("shop", "web-0"))
+	a := <-done
+	if a.status != 200 || !a.verdict(t).Released {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+	if got := testutil.ToFloat64(f.m.Waiting); got != 0 {
+		t.Errorf("waiting_pods = %v after the poll", got)
+	}
+	if n := f.gate.subscriptions(); n != 0 {
+		t.Errorf("%d subscriptions left after the poll", n)
+	}
+}
+
+func TestLongPollReleasedBySend(t *testing.T)  { testLongPollReleased(t, false) }
+func TestLongPollReleasedByClose(t *testing.T) { testLongPollReleased(t, true) }
+
+func TestLongPollCappedWait(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: 200 * time.Millisecond})
+	f.gate.set(waiting("shop", "web-0"))
+	a := get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=2000000h")) // ~228 years, capped
+	if a.status != 200 {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+	if v := a.verdict(t); v.Released || v.Reason != api.ReasonNotTerminating {
+		t.Errorf("verdict %+v", v)
+	}
+	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUnreleased)); got != 1 {
+		t.Errorf("waits_total{outcome=unreleased} = %v", got)
+	}
+	if got := testutil.ToFloat64(f.m.Waiting); got != 0 {
+		t.Errorf("waiting_pods = %v", got)
+	}
+}
+
+func TestClientDisconnectEndsPoll(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: time.Hour})
+	f.gate.set(waiting("shop", "web-0"))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, drainURL(f.srv.URL, "shop", "web-0", "wait=1h"), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-f.gate.subscribed
+	if got := testutil.ToFloat64(f.m.Waiting); got != 1 {
+		t.Errorf("waiting_pods = %v during the poll", got)
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the canceled request got an answer")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(f.m.Waiting) != 0 || f.gate.subscriptions() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("poll still running after the client left: waiting_pods = %v, subscriptions = %d", testutil.ToFloat64(f.m.Waiting), f.gate.subscriptions())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeCanceled)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("waits_total{outcome=canceled} not counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestShutdownEndsPoll(t *testing.T) {
+	shutdown := make(chan struct{})
+	f := newFixture(t, Config{MaxWait: time.Hour, Shutdown: shutdown})
+	f.gate.set(waiting("shop", "web-0"))
+	done := make(chan answer, 1)
+	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
+	<-f.gate.subscribed
+	close(shutdown)
+	a := <-done
+	if a.status != 200 || a.verdict(t).Released {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+}
+
+func TestMaxWaitingAnswersAtOnce(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: time.Hour, MaxWaiting: 1})
+	f.gate.set(waiting("shop", "web-0"))
+	f.gate.set(waiting("shop", "web-1"))
+	done := make(chan answer, 1)
+	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
+	<-f.gate.subscribed
+	a := get(t, drainURL(f.srv.URL, "shop", "web-1", "wait=1h"))
+	if a.status != 200 || a.verdict(t).Released {
+		t.Fatalf("over the cap: status %d: %s", a.status, a.body)
+	}
+	f.gate.set(drained("shop", "web-0"))
+	if a := <-done; a.status != 200 || !a.verdict(t).Released {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.gate.set(waiting("shop", "web-0"))
+	for _, c := range []struct{ path, want string }{
+		{"/v1/namespaces/Shop/pods/web-0/drain", "namespace"},
+		{"/v1/namespaces/shop/pods/web_0/drain", "pod name"},
+		{"/v1/namespaces/shop/pods/-web/drain", "pod name"},
+		{"/v1/namespaces/shop/pods/a%2Fb/drain", "not a drain path"},
+		{"/v1/namespaces/shop/extra/pods/web-0/drain", "not a drain path"},
+		{"/v1/namespaces/shop/pods/web-0/drain?uid=not-a-uid", "uid"},
+		{"/v1/namespaces/shop/pods/web-0/drain?uid=a&uid=b", "uid"},
+		{"/v1/namespaces/shop/pods/web-0/drain?wait=-1s", "negative"},
+		{"/v1/namespaces/shop/pods/web-0/drain?wait=1e9h", "wait"},
+		{"/v1/namespaces/shop/pods/web-0/drain?wait=abc", "wait"},
+		{"/v1/namespaces/shop/pods/web-0/drain?wait=10000000h", "wait"},
+		{"/v1/namespaces/shop/pods/web-0/drain?wait=%zz", "query"},
+	} {
+		a := get(t, f.srv.URL+c.path)
+		if a.status != 400 {
+			t.Errorf("%s: status %d, want 400: %s", c.path, a.status, a.body)
+			continue
+		}
+		if msg := a.errorMessage(t); !strings.Contains(msg, c.want) {
+			t.Errorf("%s: message %q does not mention %q", c.path, msg, c.want)
+		}
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("400")); got != 12 {
+		t.Errorf("wait_requests_total{code=400} = %v", got)
+	}
+}
+
+func TestMethodNotAllowed(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.gate.set(waiting("shop", "web-0"))
+	ctx := context.Background()
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodHead} {
+		a := do(t, ctx, m, drainURL(f.srv.URL, "shop", "web-0", ""))
+		if a.status != 405 || a.header.Get("Allow") != "GET" {
+			t.Errorf("%s: status %d, Allow %q", m, a.status, a.header.Get("Allow"))
+		}
+	}
+	a := do(t, ctx, http.MethodPost, f.srv.URL+"/healthz")
+	if a.status != 405 || a.header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /healthz: status %d, Allow %q", a.status, a.header.Get("Allow"))
+	}
+	if a := do(t, ctx, http.MethodPost, f.srv.URL+"/v1/namespaces/shop/pods/web-0/drain"); a.errorMessage(t) == "" {
+		t.Error("no message")
+	}
+}
+
+func TestUnknownPod(t *testing.T) {
+	f := newFixture(t, Config{})
+	a := get(t, drainURL(f.srv.URL, "shop", "web-9", "uid="+testUID+"&wait=10s"))
+	if a.status != 404 {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+	if msg := a.errorMessage(t); !strings.Contains(msg, "shop/web-9") || !strings.Contains(msg, "not known") {
+		t.Errorf("message %q", msg)
+	}
+	v := a.verdict(t)
+	if v.Released || v.Reason != api.ReasonNotFound || v.Pod != "web-9" || v.UID != testUID || v.Message == "" {
+		t.Errorf("verdict %+v", v)
+	}
+	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUnknownPod)); got != 1 {
+		t.Errorf("waits_total{outcome=unknown-pod} = %v", got)
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("404")); got != 1 {
+		t.Errorf("wait_requests_total{code=404} = %v", got)
+	}
+}
+
+func TestUIDMismatch(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: time.Hour})
+	f.gate.set(waiting("shop", "web-0")) // has testUID
+	other := "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+	// Even with a long wait: a pod under another UID is answered at once.
+	a := get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+other+"&wait=1h"))
+	if a.status != 404 {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+	if msg := a.errorMessage(t); !strings.Contains(msg, "another uid") {
+		t.Errorf("message %q", msg)
+	}
+	if v := a.verdict(t); v.Reason != api.ReasonNotFound || v.UID != other || v.Released {
+		t.Errorf("verdict %+v", v)
+	}
+	// UIDs compare without regard to case.
+	if a := get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+strings.ToUpper(testUID))); a.status != 200 {
+		t.Errorf("upper-case uid: status %d", a.status)
+	}
+	// A gate may also say so itself.
+	f.gate.err = fmt.Errorf("shop/web-0: %w", ErrUIDMismatch)
+	if a := get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+other)); a.status != 404 {
+		t.Errorf("gate's ErrUIDMismatch: status %d", a.status)
+	}
+	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUIDMismatch)); got != 2 {
+		t.Errorf("waits_total{outcome=uid-mismatch} = %v", got)
+	}
+}
+
+func TestGateError(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.gate.err = errors.New("informer cache\nnot synced")
+	a := get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=5s"))
+	if a.status != 503 || a.header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q: %s", a.status, a.header.Get("Retry-After"), a.body)
+	}
+	if msg := a.errorMessage(t); !strings.Contains(msg, "informer cache; not synced") {
+		t.Errorf("message %q", msg)
+	}
+	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeError)); got != 1 {
+		t.Errorf("waits_total{outcome=error} = %v", got)
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("503")); got != 1 {
+		t.Errorf("wait_requests_total{code=503} = %v", got)
+	}
+}
+
+func TestGateErrorDuringPoll(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: time.Hour})
+	f.gate.set(waiting("shop", "web-0"))
+	done := make(chan answer, 1)
+	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
+	<-f.gate.subscribed
+	f.gate.mu.Lock()
+	f.gate.err = errors.New("lost the watch")
+	f.gate.mu.Unlock()
+	f.gate.set(waiting("shop", "web-0")) // signal
+	if a := <-done; a.status != 503 {
+		t.Fatalf("status %d: %s", a.status, a.body)
+	}
+}
+
+func TestUnknownPaths(t *testing.T) {
+	f := newFixture(t, Config{})
+	for _, p := range []string{"/", "/v1", "/v1/namespaces/shop/pods/web-0", "/metrics", "/healthz/", "/v2/namespaces/shop/pods/web-0/drain"} {
+		a := get(t, f.srv.URL+p)
+		if a.status != 404 {
+			t.Errorf("%s: status %d", p, a.status)
+			continue
+		}
+		a.errorMessage(t)
+	}
+}
+
+func TestProbes(t *testing.T) {
+	var mu sync.Mutex
+	readyErr := errors.New("caches not synced")
+	f := newFixture(t, Config{Ready: func() error { mu.Lock(); defer mu.Unlock(); return readyErr }})
+	if a := get(t, f.srv.URL+"/healthz"); a.status != 200 {
+		t.Errorf("/healthz: %d", a.status)
+	}
+	if a := do(t, context.Background(), http.MethodHead, f.srv.URL+"/healthz"); a.status != 200 {
+		t.Errorf("HEAD /healthz: %d", a.status)
+	}
+	a := get(t, f.srv.URL+"/readyz")
+	if a.status != 503 || !strings.Contains(a.errorMessage(t), "caches not synced") {
+		t.Errorf("/readyz before ready: %d %s", a.status, a.body)
+	}
+	mu.Lock()
+	readyErr = nil
+	mu.Unlock()
+	if a := get(t, f.srv.URL+"/readyz"); a.status != 200 {
+		t.Errorf("/readyz when ready: %d %s", a.status, a.body)
+	}
+	// Probes are not wait requests.
+	if n := testutil.CollectAndCount(f.m.Requests); n != 0 {
+		t.Errorf("probes counted: %d series", n)
+	}
+
+	g := newFixture(t, Config{})
+	if a := get(t, g.srv.URL+"/readyz"); a.status != 503 {
+		t.Errorf("/readyz without a Ready func: %d", a.status)
+	}
+}
+
+func TestMetricNames(t *testing.T) {
+	f := newFixture(t, Config{MaxWait: 50 * time.Millisecond})
+	f.gate.set(drained("shop", "web-0"))
+	f.gate.set(waiting("shop", "web-1"))
+	get(t, drainURL(f.srv.URL, "shop", "web-0", ""))
+	get(t, drainURL(f.srv.URL, "shop", "web-1", "wait=1s"))
+	get(t, drainURL(f.srv.URL, "shop", "web-2", ""))
+	expected := `
+# HELP draingate_waits_total Drain requests by outcome: the verdict's reason when released, else unreleased, canceled, unknown-pod, uid-mismatch or error.
+# TYPE draingate_waits_total counter
+draingate_waits_total{outcome="drained"} 1
+draingate_waits_total{outcome="unknown-pod"} 1
+draingate_waits_total{outcome="unreleased"} 1
+# HELP draingate_waiting_pods Wait API long-polls in progress.
+# TYPE draingate_waiting_pods gauge
+draingate_waiting_pods 0
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(expected), "draingate_waits_total", "draingate_waiting_pods"); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("200")); got != 2 {
+		t.Errorf("wait_requests_total{code=200} = %v", got)
+	}
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
+# HELP draingate_wait_seconds How long pods had waited (the verdict's waited) when the wait API released them.
+# TYPE draingate_wait_seconds histogram
+draingate_wait_seconds_bucket{le="0.5"} 0
+draingate_wait_seconds_bucket{le="1"} 0
+draingate_wait_seconds_bucket{le="2"} 0
+draingate_wait_seconds_bucket{le="5"} 0
+draingate_wait_seconds_bucket{le="10"} 0
+draingate_wait_seconds_bucket{le="15"} 1
+draingate_wait_seconds_bucket{le="20"} 1
+draingate_wait_seconds_bucket{le="30"} 1
+draingate_wait_seconds_bucket{le="45"} 1
+draingate_wait_seconds_bucket{le="60"} 1
+draingate_wait_seconds_bucket{le="90"} 1
+draingate_wait_seconds_bucket{le="120"} 1
+draingate_wait_seconds_bucket{le="180"} 1
+draingate_wait_seconds_bucket{le="240"} 1
+draingate_wait_seconds_bucket{le="300"} 1
+draingate_wait_seconds_bucket{le="450"} 1
+draingate_wait_seconds_bucket{le="600"} 1
+draingate_wait_seconds_bucket{le="+Inf"} 1
+draingate_wait_seconds_sum 12
+draingate_wait_seconds_count 1
+`), "draingate_wait_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNilMetrics(t *testing.T) {
+	g := newFakeGate()
+	g.set(drained("shop", "web-0"))
+	srv := httptest.NewServer(NewHandler(g, Config{}))
+	defer srv.Close()
+	if a := get(t, drainURL(srv.URL, "shop", "web-0", "")); a.status != 200 {
+		t.Fatalf("status %d", a.status)
+	}
+}
