@@ -15,7 +15,7 @@ else
 	trap cleanup EXIT
 fi
 
-unformatted=$(gofmt -l $(git ls-files '*.go' | grep -v '^hack/tools/') 2>&1 || true)
+unformatted=$(gofmt -l $(git ls-files '*.go') 2>&1 || true)
 if [ -n "$unformatted" ]; then
 	echo "gofmt needed on:"; echo "$unformatted"; exit 1
 fi
