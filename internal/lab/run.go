@@ -40,8 +40,9 @@ type Options struct {
 	Progress   io.Writer
 }
 
-// Env is what a run needs of the cluster: an admin config and a way to load
-// the demo image. internal/testenv provides both.
+// Env is what a run needs of the cluster: an admin config and a clientset
+// (internal/testenv provides both). The demo image (DemoImage) must already
+// be loaded; the caller does that with testenv's LoadGoImage.
 type Env struct {
 	Config *rest.Config
 	Client kubernetes.Interface
