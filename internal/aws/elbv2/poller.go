@@ -132,6 +132,7 @@ type Poller struct {
 	closed  bool
 	groups  map[string]*group // ARN → group with waiters
 	retired map[string]*group // ARN → last group that lost its waiters
+	lbTypes map[string]string // ARN → load balancer type (LoadBalancerType)
 	wg      sync.WaitGroup
 }
 
