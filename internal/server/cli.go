@@ -1,0 +1,253 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/gate"
+)
+
+// serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
+// (upper case, '-' as '_'); a flag on the command line wins.
+type serveFlags struct {
+	kubeconfig, listen, metricsListen string
+	region, endpoint                  string
+	targetGroups                      bool
+	rate                              float64
+	burst                             int
+	pollInterval, maxWait, reserve    time.Duration
+	tailSlice, tailALB, tailNLB       time.Duration
+	logFormat                         string
+}
+
+func envName(flagName string) string {
+	return "DRAINGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("draingate serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	d := gate.DefaultTails()
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, else the in-cluster ServiceAccount")
+	fs.StringVar(&f.listen, "listen", ":8080", "address of the wait API, /healthz and /readyz")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address of /metrics; empty: no metrics listener")
+	fs.BoolVar(&f.targetGroups, "target-groups", true, "wait for AWS target groups (TargetGroupBindings); false: EndpointSlices only, no AWS calls")
+	fs.StringVar(&f.region, "aws-region", "", "AWS region of the target groups; empty: $AWS_REGION or the SDK's shared config")
+	fs.StringVar(&f.endpoint, "elbv2-endpoint", "", "ELBv2 API endpoint URL override (a VPC endpoint, or an emulator)")
+	fs.Float64Var(&f.rate, "aws-rate", 2, "ELBv2 calls per second this replica may make, retries included. "+
+		"Every replica has its own budget, so N replicas may make N times this: set it to the total you grant draingate divided by the replicas. "+
+		"Keep the total well under the account's 10/s Describe refill, which the AWS Load Balancer Controller needs too")
+	fs.IntVar(&f.burst, "aws-burst", 5, "ELBv2 calls this replica may make at once (the budget's bucket size)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", 2*time.Second, "least time between two polls of one target group")
+	fs.DurationVar(&f.tailSlice, "tail-endpointslice", d.EndpointSlice, "how long after an EndpointSlice drops the pod kube-proxy, ingress controllers and meshes may still send to it")
+	fs.DurationVar(&f.tailALB, "tail-alb", d.ALB, "how long after its target is draining an Application Load Balancer may still send new requests")
+	fs.DurationVar(&f.tailNLB, "tail-nlb", d.NLB, "how long after its target is draining a Network Load Balancer (or one of unknown type) may still open connections")
+	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
+	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	return fs
+}
+
+// applyEnv sets every flag not given on the command line from its variable.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (f *serveFlags) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"poll-interval", f.pollInterval}, {"max-wait", f.maxWait}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", d.name, d.v))
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"tail-endpointslice", f.tailSlice}, {"tail-alb", f.tailALB}, {"tail-nlb", f.tailNLB}, {"shutdown-reserve", f.reserve}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("--%s must not be negative, got %s", d.name, d.v))
+		}
+	}
+	if f.rate <= 0 || f.rate > 100 {
+		errs = append(errs, fmt.Errorf("--aws-rate must be in (0, 100] calls/s, got %s", strconv.FormatFloat(f.rate, 'g', -1, 64)))
+	}
+	if f.burst < 1 {
+		errs = append(errs, fmt.Errorf("--aws-burst must be at least 1, got %d", f.burst))
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", f.logFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// Main is the draingate command line; it returns the exit code.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "draingate: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  draingate serve [flags]
+      watch the cluster and AWS target health, answer the preStop agents'
+      wait API; "draingate serve -h" lists the flags
+`)
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	var f serveFlags
+	fs := newServeFlagSet(&f, stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\nEach flag also reads DRAINGATE_<FLAG> (upper case, '-' as '_'); a flag given on the command line wins.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "draingate serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := applyEnv(fs, getenv); err != nil {
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return 2
+	}
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return 2
+	}
+	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
+	if f.logFormat == "json" {
+		handler = slog.NewJSONHandler(stderr, nil)
+	}
+	log := slog.New(handler)
+
+	kube, err := kubeConfig(f.kubeconfig, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return 1
+	}
+	o := Options{
+		Kube:            kube,
+		Poller:          elbv2.Config{Rate: f.rate, Burst: f.burst, Interval: f.pollInterval},
+		Tails:           gate.Tails{EndpointSlice: f.tailSlice, ALB: f.tailALB, NLB: f.tailNLB},
+		ShutdownReserve: f.reserve,
+		MaxWait:         f.maxWait,
+		Log:             log,
+	}
+	if f.targetGroups {
+		client, err := elbv2Client(ctx, f.region, f.endpoint)
+		if err != nil {
+			fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+			return 1
+		}
+		o.ELBv2 = client
+	}
+	if o.Listener, err = net.Listen("tcp", f.listen); err != nil {
+		fmt.Fprintf(stderr, "draingate serve: --listen: %v\n", err)
+		return 1
+	}
+	if f.metricsListen != "" {
+		if o.Metrics, err = net.Listen("tcp", f.metricsListen); err != nil {
+			o.Listener.Close()
+			fmt.Fprintf(stderr, "draingate serve: --metrics-listen: %v\n", err)
+			return 1
+		}
+	}
+	s, err := New(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return 1
+	}
+	log.Info("draingate serve starting", "target_groups", f.targetGroups, "aws_rate", f.rate, "aws_burst", f.burst,
+		"tails", fmt.Sprintf("endpointslice=%s alb=%s nlb=%s", f.tailSlice, f.tailALB, f.tailNLB))
+	if err := s.Run(ctx); err != nil {
+		log.Error("draingate serve stopped", "err", err)
+		return 1
+	}
+	log.Info("draingate serve stopped")
+	return 0
+}
+
+func kubeConfig(path string, getenv func(string) string) (*rest.Config, error) {
+	if path == "" {
+		path = getenv("KUBECONFIG")
+	}
+	if path != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("not running in a pod (%v): give --kubeconfig or set KUBECONFIG", err)
+	}
+	return c, nil
+}
+
+func elbv2Client(ctx context.Context, region, endpoint string) (*elasticloadbalancingv2.Client, error) {
+	var opts []func(*awsconfig.LoadOptions) error
+	if region != "" {
+		opts = append(opts, awsconfig.WithRegion(region))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("AWS config: %w", err)
+	}
+	if cfg.Region == "" {
+		return nil, errors.New("no AWS region: give --aws-region (or set AWS_REGION), or --target-groups=false to wait for EndpointSlices only")
+	}
+	return elasticloadbalancingv2.NewFromConfig(cfg, func(o *elasticloadbalancingv2.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+	}), nil
+}

@@ -1,0 +1,487 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/gate"
+	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/lbc"
+	"draingate.dev/draingate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// Short tails keep the tests quick; the tests assert orders and states.
+var testTails = gate.Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: 3 * time.Second}
+
+// fixture is one terminating-to-be pod behind two Services ("a", "b") and
+// one `ip` target group (bound to "a"), with the emulator holding its
+// target healthy until the test deregisters it.
+type fixture struct {
+	t      *testing.T
+	c      *testenv.Cluster
+	ns     string
+	emu    *elbv2sim.Server
+	elb    *elasticloadbalancingv2.Client
+	arn    string
+	pod    *corev1.Pod
+	target elbv2sim.Target
+}
+
+func newFixture(t *testing.T, ctx context.Context) *fixture {
+	c := testenv.Get(t)
+	f := &fixture{t: t, c: c, ns: c.Namespace(t)}
+	if err := lbc.InstallCRD(ctx, c.Config); err != nil {
+		t.Fatal(err)
+	}
+	f.emu = elbv2sim.New(elbv2sim.Config{})
+	t.Cleanup(func() { f.emu.Close() })
+	url, err := f.emu.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	t.Cleanup(hc.CloseIdleConnections)
+	f.elb = elasticloadbalancingv2.New(elasticloadbalancingv2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc})
+	f.arn, err = f.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+		Name: "web", LoadBalancerType: elbv2sim.Application, Port: 8080, TargetType: "ip",
+		HealthCheckPath: "/", HealthCheckInterval: 300 * time.Millisecond, DeregistrationDelay: 10 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./internal/testenv/cmd/testapp"); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "web"}
+	for _, name := range []string{"a", "b"} {
+		if _, err := c.Client.CoreV1().Services(f.ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lbc.Binding{Namespace: f.ns, Name: "web", TargetGroupARN: f.arn, TargetType: "ip", ServiceName: "a", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A native sleep hook holds the pod terminating for the whole test;
+	// the test deletes it with no grace at the end.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: labels},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](600),
+			Containers: []corev1.Container{{
+				Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+				Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 590}}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+					Path: "/", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+			}},
+		},
+	}
+	// A ready peer behind the same Services: without one, kube-proxy keeps
+	// sending to the terminating pod (its serving fallback) and the
+	// EndpointSlice routes rightly stay open.
+	peer := pod.DeepCopy()
+	peer.Name = "peer"
+	peer.Spec.Containers[0].Lifecycle = nil
+	for _, p := range []*corev1.Pod{pod, peer} {
+		if _, err := c.Client.CoreV1().Pods(f.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		c.Client.CoreV1().Pods(f.ns).Delete(context.Background(), "web", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	waitFor(t, ctx, "pod Ready and listed by both Services' slices", func() bool {
+		p, err := c.Client.CoreV1().Pods(f.ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || p.Status.PodIP == "" {
+			return false
+		}
+		f.pod = p
+		for _, svc := range []string{"a", "b"} {
+			l, err := c.Client.DiscoveryV1().EndpointSlices(f.ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+			if err != nil {
+				return false
+			}
+			found := false
+			for _, sl := range l.Items {
+				for _, e := range sl.Endpoints {
+					if len(e.Addresses) > 0 && e.Addresses[0] == p.Status.PodIP && ptr.Deref(e.Conditions.Ready, false) {
+						found = true
+					}
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	f.target = elbv2sim.Target{ID: f.pod.Status.PodIP, Port: 8080}
+	if err := f.emu.RegisterTargets(f.arn, f.target); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "target healthy", func() bool { return f.emu.Targets(f.arn)[f.target] == elbv2sim.StateHealthy })
+	return f
+}
+
+// running is one in-process `draingate serve`.
+type running struct {
+	url       string
+	reg       *prometheus.Registry
+	stop      func()
+	startedAt time.Time
+}
+
+func (f *fixture) serve(ctx context.Context) *running {
+	t := f.t
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s, err := New(Options{
+		Kube: f.c.Config, ELBv2: f.elb,
+		Poller:   elbv2.Config{Rate: 20, Burst: 5, Interval: 200 * time.Millisecond},
+		Tails:    testTails,
+		Listener: ln, Registry: reg,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	r := &running{url: "http://" + ln.Addr().String(), reg: reg, startedAt: time.Now()}
+	go func() { done <- s.Run(rctx) }()
+	stopped := false
+	r.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("server stopped with %v", err)
+			}
+		}
+	}
+	t.Cleanup(r.stop)
+	waitFor(t, ctx, "server ready", func() bool {
+		resp, err := http.Get(r.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return r
+}
+
+// ask asks the wait API about the fixture's pod.
+func (f *fixture) ask(ctx context.Context, r *running, wait time.Duration) api.Verdict {
+	f.t.Helper()
+	req := api.DrainRequest{Namespace: f.ns, Pod: "web", UID: string(f.pod.UID), Wait: wait}
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodGet, req.URL(r.url), nil)
+	resp, err := http.DefaultClient.Do(hreq)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("wait API answered %d: %s", resp.StatusCode, body)
+	}
+	var v api.Verdict
+	if err := json.Unmarshal(body, &v); err != nil {
+		f.t.Fatal(err)
+	}
+	return v
+}
+
+func (f *fixture) deletePod(ctx context.Context) {
+	if err := f.c.Client.CoreV1().Pods(f.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func routeStates(v api.Verdict) map[string]api.Route {
+	m := map[string]api.Route{}
+	for _, r := range v.Routes {
+		m[r.Kind+" "+r.Name] = r
+	}
+	return m
+}
+
+// TestReleasedAfterEveryRouteCloses: a pod behind two Services and one
+// target group is held while the target group still holds it, although both
+// EndpointSlice routes closed; it is released once the target is draining
+// and the ALB tail passed, and the pod's Events say so.
+func TestReleasedAfterEveryRouteCloses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	r := f.serve(ctx)
+
+	if v := f.ask(ctx, r, 0); v.Released || v.Reason != api.ReasonNotTerminating {
+		t.Fatalf("before deletion: %+v, want not released, not-terminating", v)
+	}
+	f.deletePod(ctx)
+	slices := []string{"endpointslice " + f.ns + "/a", "endpointslice " + f.ns + "/b"}
+	group := "targetgroup " + f.arn
+	var v api.Verdict
+	waitFor(t, ctx, "both EndpointSlice routes closed", func() bool {
+		v = f.ask(ctx, r, 0)
+		m := routeStates(v)
+		return m[slices[0]].State == gate.StateClosed && m[slices[1]].State == gate.StateClosed
+	})
+	if len(v.Routes) != 3 {
+		t.Fatalf("routes %+v, want the two Services and the target group", v.Routes)
+	}
+	if g := routeStates(v)[group]; v.Released || g.State != gate.TargetHealthy {
+		t.Fatalf("slices closed, target group %q: released=%v (%s), want held while the target is healthy", g.State, v.Released, v.Message)
+	}
+	// One more long-poll that ends by its wait, not by a release.
+	if v := f.ask(ctx, r, 2*time.Second); v.Released {
+		t.Fatalf("released while the target is healthy: %s", v.Message)
+	}
+
+	deregistered := time.Now()
+	if err := f.emu.DeregisterTargets(f.arn, f.target); err != nil {
+		t.Fatal(err)
+	}
+	for !v.Released {
+		v = f.ask(ctx, r, 20*time.Second)
+	}
+	answered := time.Now()
+	if v.Reason != api.ReasonDrained {
+		t.Errorf("reason %q (%s), want drained", v.Reason, v.Message)
+	}
+	m := routeStates(v)
+	for _, name := range append(slices, group) {
+		if m[name].State != gate.StateClosed {
+			t.Errorf("released with route %s %q, want closed", name, m[name].State)
+		}
+	}
+	g := m[group]
+	if g.Since.Before(deregistered) || g.TailEnds == nil || g.TailEnds.After(answered) || g.TailEnds.Sub(g.Since) != testTails.ALB {
+		t.Errorf("target group route went out at %s, tail ends %v, answered %s, deregistered %s: want out after deregistration and the ALB tail (%s) over before the answer",
+			g.Since.Format(time.StampMilli), g.TailEnds, answered.Format(time.StampMilli), deregistered.Format(time.StampMilli), testTails.ALB)
+	}
+	t.Logf("released: %s (waited %s)", v.Message, time.Duration(v.Waited))
+
+	waitFor(t, ctx, "wait-started and released Events on the pod", func() bool {
+		l, err := f.c.Client.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "web").String()})
+		if err != nil {
+			return false
+		}
+		seen := map[string]string{}
+		for _, e := range l.Items {
+			seen[e.Reason] = e.Message
+		}
+		if seen[EventWaitStarted] == "" || seen[EventReleased] == "" {
+			return false
+		}
+		if !strings.Contains(seen[EventReleased], "drained") {
+			t.Errorf("release Event %q does not say why", seen[EventReleased])
+		}
+		return true
+	})
+	if n := counter(t, r.reg, "draingate_elbv2_calls_total", map[string]string{"action": "DescribeTargetHealth", "result": "ok"}); n < 1 {
+		t.Errorf("draingate_elbv2_calls_total{DescribeTargetHealth,ok} = %v, want some", n)
+	}
+	if n := counter(t, r.reg, "draingate_waits_total", map[string]string{"outcome": "drained"}); n != 1 {
+		t.Errorf("draingate_waits_total{drained} = %v, want 1", n)
+	}
+}
+
+// TestRestartMidWait: the target is draining and the first server has
+// started its tail when it is stopped; the second server starts the tail
+// again from its own first observation, so it never releases earlier than
+// a server that had watched from the start would, and earlier than its own
+// observation plus the tail.
+func TestRestartMidWait(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	first := f.serve(ctx)
+	f.deletePod(ctx)
+	group := "targetgroup " + f.arn
+	if err := f.emu.DeregisterTargets(f.arn, f.target); err != nil {
+		t.Fatal(err)
+	}
+	var v api.Verdict
+	waitFor(t, ctx, "the first server sees the target draining", func() bool {
+		v = f.ask(ctx, first, 0)
+		return routeStates(v)[group].State == gate.TargetDraining
+	})
+	firstTail := routeStates(v)[group].TailEnds
+	if v.Released || firstTail == nil {
+		t.Fatalf("first server: %+v: want held with the ALB tail running", v)
+	}
+	first.stop()
+
+	second := f.serve(ctx)
+	v = f.ask(ctx, second, 0)
+	if v.Released {
+		t.Fatalf("the restarted server released at once: %s", v.Message)
+	}
+	for !v.Released {
+		v = f.ask(ctx, second, 20*time.Second)
+	}
+	g := routeStates(v)[group]
+	if g.State != gate.StateClosed || g.Since.Before(second.startedAt) || !g.TailEnds.After(*firstTail) {
+		t.Errorf("second server released with the target group route %q out since %s, tail ending %v; first server's tail ended %s, second started %s: want the tail counted again from the second server's own observation",
+			g.State, g.Since.Format(time.StampMilli), g.TailEnds, firstTail.Format(time.StampMilli), second.startedAt.Format(time.StampMilli))
+	}
+	t.Logf("first server's tail would have ended %s; second server released: %s", firstTail.Format(time.StampMilli), v.Message)
+}
+
+// TestAgentFallbackWithoutServer: the agent in a real pod's preStop hook,
+// with no gate server reachable, waits its fallback and returns within its
+// deadline, so the kubelet sends SIGTERM.
+func TestAgentFallbackWithoutServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := testenv.Get(t)
+	ns := c.Namespace(t)
+	const agentImage = "draingate.local/draingate-prestop:1"
+	for ref, pkg := range map[string]string{agentImage: "./cmd/draingate-prestop", testenv.TestAppImage: "./internal/testenv/cmd/testapp"} {
+		if err := c.LoadGoImage(ctx, ref, pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nothing listens on the discard port of the host: connections are refused.
+	const fallback, maxWait = 3 * time.Second, 30 * time.Second
+	env := []corev1.EnvVar{{Name: "DRAINGATE_SERVER", Value: "http://" + testenv.HostIP + ":9"}}
+	for name, path := range map[string]string{"DRAINGATE_POD_NAME": "metadata.name", "DRAINGATE_POD_NAMESPACE": "metadata.namespace", "DRAINGATE_POD_UID": "metadata.uid"} {
+		env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "lonely"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](60),
+			InitContainers: []corev1.Container{{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"install", "/draingate"}, VolumeMounts: []corev1.VolumeMount{{Name: "draingate", MountPath: "/draingate"}}}},
+			Containers: []corev1.Container{{
+				Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"}, Env: env,
+				VolumeMounts: []corev1.VolumeMount{{Name: "draingate", MountPath: "/draingate", ReadOnly: true}},
+				Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{
+					"/draingate/draingate-prestop", "wait", "--fallback", fallback.String(), "--max-wait", maxWait.String(), "--log", "/proc/1/fd/1"}}}},
+			}},
+			Volumes: []corev1.Volume{{Name: "draingate", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "pod running", func() bool {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "lonely", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	})
+	logs, err := c.Client.CoreV1().Pods(ns).GetLogs("lonely", &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	deleted := time.Now()
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "lonely", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var agent []string
+	var sigterm time.Time
+	sc := bufio.NewScanner(logs)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "draingate-prestop: ") {
+			agent = append(agent, line)
+		}
+		if strings.HasPrefix(line, "sigterm ") {
+			var ns int64
+			fmt.Sscan(strings.TrimPrefix(line, "sigterm "), &ns)
+			sigterm = time.Unix(0, ns)
+		}
+	}
+	t.Logf("agent said:\n%s", strings.Join(agent, "\n"))
+	said := strings.Join(agent, "\n")
+	if !strings.Contains(said, "no gate server answered") || !strings.Contains(said, "waited fallback "+fallback.String()) {
+		t.Errorf("the agent did not report waiting out its fallback")
+	}
+	if sigterm.IsZero() {
+		t.Fatal("the app never logged SIGTERM: the hook did not return before the pod was killed")
+	}
+	if sigterm.Before(deleted.Add(fallback)) || sigterm.After(deleted.Add(maxWait)) {
+		t.Errorf("SIGTERM %s after deletion: want after the fallback (%s) and within the agent's deadline (%s)", sigterm.Sub(deleted), fallback, maxWait)
+	}
+	t.Logf("SIGTERM %s after deletion (fallback %s, max wait %s)", sigterm.Sub(deleted).Round(time.Millisecond), fallback, maxWait)
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
