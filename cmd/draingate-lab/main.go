@@ -2,7 +2,7 @@
 // balancer on the project's real one-node cluster and measures it per
 // strategy (see internal/lab). `make demo` runs it with the defaults.
 //
-//	draingate-lab run [--scenario alb|nlb|slow-aws] [--strategies none,sleep:5s,sleep:30s]
+//	draingate-lab run [--scenario alb|nlb|slow-aws] [--strategies none,sleep:5s,sleep:30s,draingate]
 //	                  [--rollouts N] [--rps N] [--replicas N] [--json FILE] [--png FILE]
 //	                  [--time-scale F] [scenario knobs...]
 package main
@@ -70,7 +70,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	var errBuf bytes.Buffer
 	fs.SetOutput(&errBuf)
 	fs.String("scenario", name, "named set of knobs: "+strings.Join(lab.ScenarioNames(), ", "))
-	strategies := fs.String("strategies", "none,sleep:5s,sleep:30s", "comma-separated: none, sleep:DURATION")
+	strategies := fs.String("strategies", "none,sleep:5s,sleep:30s,draingate", "comma-separated: none (no preStop hook), sleep:DURATION (native preStop sleep), draingate (a gate server, and the draingate-prestop agent as preStop hook waiting for it)")
 	fs.IntVar(&c.opts.Rollouts, "rollouts", 1, "rollouts per strategy")
 	fs.IntVar(&c.opts.RPS, "rps", 50, "requests per second through the data plane")
 	fs.IntVar(&c.opts.Replicas, "replicas", 6, "Deployment replicas")
@@ -142,8 +142,17 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	if err := cl.LoadGoImage(ctx, lab.DemoImage, "./cmd/draingate-demoapp"); err != nil {
 		return err
 	}
+	if lab.UsesGate(c.opts.Strategies) {
+		fmt.Fprintln(stderr, "lab: building the gate server and agent images")
+		if err := cl.LoadGoImage(ctx, lab.ServerImage, "./cmd/draingate"); err != nil {
+			return err
+		}
+		if err := cl.LoadGoImage(ctx, lab.AgentImage, "./cmd/draingate-prestop"); err != nil {
+			return err
+		}
+	}
 	c.opts.Progress = stderr
-	rep, err := lab.Run(ctx, lab.Env{Config: cl.Config, Client: cl.Client}, c.opts)
+	rep, err := lab.Run(ctx, lab.Env{Config: cl.Config, Client: cl.Client, HostIP: testenv.HostIP}, c.opts)
 	if err != nil {
 		return err
 	}

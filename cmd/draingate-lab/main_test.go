@@ -19,6 +19,8 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--strategies", "none,nap:5s"}, `unknown strategy "nap:5s"`},
 		{[]string{"run", "--strategies", "sleep:five"}, `strategy "sleep:five": want sleep:DURATION`},
 		{[]string{"run", "--strategies", "none,none"}, `strategy "none" given twice`},
+		{[]string{"run", "--strategies", "gate"}, `unknown strategy "gate": want none, sleep:DURATION or draingate`},
+		{[]string{"run", "--strategies", "draingate,none,draingate"}, `strategy "draingate" given twice`},
 		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, nlb, slow-aws`},
 		{[]string{"run", "--rps", "0"}, "--rps must be at least 1"},
 		{[]string{"run", "--time-scale", "-1"}, "--time-scale must be positive"},
@@ -39,7 +41,7 @@ func TestParseBadInput(t *testing.T) {
 }
 
 func TestParseScenarioAndScale(t *testing.T) {
-	c, err := parse([]string{"run", "--scenario=slow-aws", "--time-scale", "0.5", "--strategies", "none,sleep:5s", "--propagation-max", "10s"}, io.Discard)
+	c, err := parse([]string{"run", "--scenario=slow-aws", "--time-scale", "0.5", "--strategies", "none,sleep:5s,draingate", "--propagation-max", "10s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,5 +51,16 @@ func TestParseScenarioAndScale(t *testing.T) {
 	}
 	if got := c.opts.Strategies[1].Sleep; got != 3*time.Second {
 		t.Errorf("sleep:5s at scale 0.5 = %s, want 3s (whole seconds, rounded up)", got)
+	}
+	if len(c.opts.Strategies) != 3 {
+		t.Fatalf("strategies: %+v, want 3", c.opts.Strategies)
+	}
+	for i, st := range c.opts.Strategies {
+		if want := i == 2; st.Gate != want {
+			t.Errorf("%s: Gate = %v, want %v", st.Name, st.Gate, want)
+		}
+	}
+	if st := c.opts.Strategies[2]; st.Name != "draingate" || st.Sleep != 0 {
+		t.Errorf("draingate after scale: %+v, want the name kept and no sleep", st)
 	}
 }

@@ -7,28 +7,37 @@ import (
 	"testing"
 	"time"
 
+	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// TestRolloutFailsWithoutHookAndNotWithLongSleep is the lab end to end on the
-// real cluster, shortened by a time scale: a rollout under load fails
+// TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate is the lab end to end
+// on the real cluster, shortened by a time scale: a rollout under load fails
 // requests with no preStop hook, and fails none with a sleep longer than the
-// controller's lag plus the data plane's propagation.
-func TestRolloutFailsWithoutHookAndNotWithLongSleep(t *testing.T) {
+// controller's lag plus the data plane's propagation, nor with the draingate
+// agent waiting for the gate server.
+func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	c := testenv.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	if err := c.LoadGoImage(ctx, DemoImage, "./cmd/draingate-demoapp"); err != nil {
-		t.Fatal(err)
+	for _, img := range []struct{ ref, pkg string }{
+		{DemoImage, "./cmd/draingate-demoapp"},
+		{ServerImage, "./cmd/draingate"},
+		{AgentImage, "./cmd/draingate-prestop"},
+	} {
+		if err := c.LoadGoImage(ctx, img.ref, img.pkg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const scale = 0.25
 	sc := Scenarios["alb"].Scaled(scale)
 	long := Strategy{Name: "sleep:long", Sleep: sc.MaxRouteDelay() + 3*time.Second}
-	rep, err := Run(ctx, Env{Config: c.Config, Client: c.Client}, Options{
+	gate := Strategy{Name: "draingate", Gate: true}
+	rep, err := Run(ctx, Env{Config: c.Config, Client: c.Client, HostIP: testenv.HostIP}, Options{
 		Scenario: sc, TimeScale: scale, Replicas: 3, Rollouts: 1, RPS: 40, Seed: 7,
-		Strategies: []Strategy{{Name: "none"}, long}, Progress: os.Stderr,
+		Strategies: []Strategy{{Name: "none"}, long, gate}, Progress: os.Stderr,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +48,10 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleep(t *testing.T) {
 			t.Error(n)
 		}
 	}
-	none, slept := rep.Strategies[0], rep.Strategies[1]
+	if len(rep.Strategies) != 3 {
+		t.Fatalf("%d strategies reported, want 3", len(rep.Strategies))
+	}
+	none, slept, gated := rep.Strategies[0], rep.Strategies[1], rep.Strategies[2]
 	for _, s := range rep.Strategies {
 		sent, failed := 0, 0
 		for _, b := range s.Timeline.Buckets() {
@@ -49,8 +61,8 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleep(t *testing.T) {
 			t.Errorf("%s: report says %d requests, %d failed; the timeline holds %d and %d", s.Name, s.Requests, s.Failed, sent, failed)
 		}
 	}
-	if none.Requests == 0 || slept.Requests == 0 {
-		t.Fatalf("no load: %d and %d requests", none.Requests, slept.Requests)
+	if none.Requests == 0 || slept.Requests == 0 || gated.Requests == 0 {
+		t.Fatalf("no load: %d, %d and %d requests", none.Requests, slept.Requests, gated.Requests)
 	}
 	if none.Failed == 0 {
 		t.Errorf("none: 0 of %d requests failed; the race did not show", none.Requests)
@@ -58,15 +70,36 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleep(t *testing.T) {
 	if slept.Failed != 0 {
 		t.Errorf("%s: %d of %d requests failed; a sleep beyond lag+propagation must lose none", long.Name, slept.Failed, slept.Requests)
 	}
-	if len(none.Terminations) != 3 || len(slept.Terminations) != 3 {
-		t.Errorf("terminations measured: %d and %d, want 3 each", len(none.Terminations), len(slept.Terminations))
+	if gated.Failed != 0 {
+		t.Errorf("%s: %d of %d requests failed; the agent must hold SIGTERM until the gate saw every route close", gate.Name, gated.Failed, gated.Requests)
 	}
-	for _, s := range slept.Slacks {
-		if s < 0 {
-			t.Errorf("%s: a pod got SIGTERM %s before the data plane stopped sending to it", long.Name, -s)
+	if len(none.Terminations) != 3 || len(slept.Terminations) != 3 || len(gated.Terminations) != 3 {
+		t.Errorf("terminations measured: %d, %d and %d, want 3 each", len(none.Terminations), len(slept.Terminations), len(gated.Terminations))
+	}
+	for _, s := range []struct {
+		name   string
+		slacks []time.Duration
+	}{{long.Name, slept.Slacks}, {gate.Name, gated.Slacks}} {
+		if len(s.slacks) != 3 {
+			t.Errorf("%s: %d slacks measured, want 3", s.name, len(s.slacks))
+		}
+		for _, d := range s.slacks {
+			if d < 0 {
+				t.Errorf("%s: a pod got SIGTERM %s before the data plane stopped sending to it", s.name, -d)
+			}
 		}
 	}
-	if slept.ELBv2Calls["DeregisterTargets"] == 0 || slept.ELBv2Calls["RegisterTargets"] == 0 {
-		t.Errorf("ELBv2 calls %v: want registrations and deregistrations", slept.ELBv2Calls)
+	for _, s := range []report.Strategy{slept, gated} {
+		if s.ELBv2Calls["DeregisterTargets"] == 0 || s.ELBv2Calls["RegisterTargets"] == 0 {
+			t.Errorf("%s: ELBv2 calls %v: want registrations and deregistrations", s.Name, s.ELBv2Calls)
+		}
+	}
+	// The report says where the gate ran.
+	noted := false
+	for _, n := range rep.Notes {
+		noted = noted || strings.HasPrefix(n, gate.Name+": gate server in namespace ")
+	}
+	if !noted {
+		t.Errorf("notes %q: want where the gate server ran", rep.Notes)
 	}
 }

@@ -30,8 +30,8 @@ import (
 
 // Options is one lab run.
 type Options struct {
-	Scenario   Scenario // already scaled
-	TimeScale  float64
+	Scenario   Scenario   // already scaled
+	TimeScale  float64    // also scales the draingate strategy's tails and poll interval
 	Strategies []Strategy // sleeps already scaled
 	Replicas   int
 	Rollouts   int
@@ -41,11 +41,15 @@ type Options struct {
 }
 
 // Env is what a run needs of the cluster: an admin config and a clientset
-// (internal/testenv provides both). The demo image (DemoImage) must already
-// be loaded; the caller does that with testenv's LoadGoImage.
+// (internal/testenv provides both), and the host's address on the cluster's
+// bridge (testenv.HostIP), where the ELBv2 emulator listens so that pods
+// (the gate server) reach it too. The demo image (DemoImage) must already be
+// loaded, and ServerImage and AgentImage when a strategy uses the gate
+// (UsesGate); the caller does that with testenv's LoadGoImage.
 type Env struct {
 	Config *rest.Config
 	Client kubernetes.Interface
+	HostIP string // empty: the emulator listens on 127.0.0.1, out of the pods' reach
 }
 
 // Run measures every strategy in turn and returns the report.
@@ -54,6 +58,9 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))
 	if o.TimeScale != 1 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g", o.TimeScale, o.TimeScale))
+	}
+	if UsesGate(o.Strategies) && env.HostIP == "" {
+		return rep, errors.New("the draingate strategy needs Env.HostIP: its gate server, in a pod, must reach the ELBv2 emulator")
 	}
 	if err := lbc.InstallCRD(ctx, env.Config); err != nil {
 		return rep, err
@@ -69,7 +76,11 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 			elbv2sim.BucketConfig{Capacity: capacity, RefillPerSecond: o.Scenario.RegistrationRefill},
 			elbv2sim.BucketConfig{Capacity: 40, RefillPerSecond: 10})
 	}
-	url, err := emu.Listen("127.0.0.1:0")
+	listen := "127.0.0.1"
+	if env.HostIP != "" {
+		listen = env.HostIP
+	}
+	url, err := emu.Listen(net.JoinHostPort(listen, "0"))
 	if err != nil {
 		return rep, fmt.Errorf("ELBv2 emulator: %w", err)
 	}
@@ -82,7 +93,7 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	r := &runner{env: env, o: o, emu: emu, elb: elb, dyn: dyn, start: time.Now()}
+	r := &runner{env: env, o: o, emu: emu, emuURL: url, elb: elb, dyn: dyn, start: time.Now()}
 	for i, st := range o.Strategies {
 		res, err := r.strategy(ctx, i, st)
 		if err != nil {
@@ -95,13 +106,14 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 }
 
 type runner struct {
-	env   Env
-	o     Options
-	emu   *elbv2sim.Server
-	elb   *elbv2.Client
-	dyn   dynamic.Interface
-	start time.Time
-	notes []string
+	env    Env
+	o      Options
+	emu    *elbv2sim.Server
+	emuURL string
+	elb    *elbv2.Client
+	dyn    dynamic.Interface
+	start  time.Time
+	notes  []string
 }
 
 func (r *runner) progress(st Strategy, format string, args ...any) {
@@ -119,6 +131,23 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 
 	// A run-unique name: an earlier run's namespace may still be terminating.
 	ns := fmt.Sprintf("lab-%d-%s-%d", idx, strings.NewReplacer(":", "-", ".", "-").Replace(st.Name), r.start.Unix()%100000)
+	// Gate strategies: the server's own namespace, ServiceAccount and
+	// cluster-wide RBAC, all run-unique and deleted when the strategy ends.
+	var gate *gateSetup
+	if st.Gate {
+		gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
+		r.progress(st, "setup: gate server in namespace %s", gns)
+		g, stopGate, err := r.startGate(ctx, gns, sc)
+		defer stopGate()
+		if err != nil {
+			return res, err
+		}
+		gate = g
+		t := g.Timings
+		r.progress(st, "gate server ready; agent max-wait %s, fallback %s", g.MaxWait, g.Fallback)
+		r.notes = append(r.notes, fmt.Sprintf("%s: gate server in namespace %s, tails endpointslice %s, alb %s, nlb %s, poll %s; agent max-wait %s, fallback %s",
+			st.Name, gns, t.EndpointSlice, t.ALB, t.NLB, t.Poll, g.MaxWait, g.Fallback))
+	}
 	cl := r.env.Client
 	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return res, err
@@ -182,7 +211,7 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	if _, err := r.dyn.Resource(lbc.GVR).Namespace(ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
-	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, deployment(int32(r.o.Replicas), st, sc), metav1.CreateOptions{}); err != nil {
+	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, deployment(int32(r.o.Replicas), st, sc, gate), metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
 	readyBy := 3*time.Minute + time.Duration(r.o.Replicas)*(sc.MaxRouteDelay()+time.Duration(sc.HealthyThreshold+1)*sc.HealthCheckInterval)
@@ -218,7 +247,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		}
 	}
 	r.progress(st, "rollouts done; waiting for old pods to exit and leave the data plane")
-	tailBy := grace + st.Sleep + sc.MaxRouteDelay() + time.Minute
+	hook := st.Sleep
+	if gate != nil {
+		hook = gate.MaxWait
+	}
+	tailBy := grace + hook + sc.MaxRouteDelay() + time.Minute
 	if err := waitFor(ctx, tailBy, func() bool { return pods.deletedPending() == 0 }); err != nil {
 		return res, fmt.Errorf("deleted pods did not exit: %w", err)
 	}
@@ -340,7 +373,8 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 }
 
 // ScaleStrategies multiplies every sleep by f, rounding up to whole seconds
-// as the native sleep action takes them.
+// as the native sleep action takes them. The gate's tails are scaled at run
+// time from Options.TimeScale.
 func ScaleStrategies(sts []Strategy, f float64) []Strategy {
 	out := append([]Strategy(nil), sts...)
 	for i := range out {

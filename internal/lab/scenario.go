@@ -137,13 +137,19 @@ func (s Scenario) Validate() error {
 	return nil
 }
 
-// Strategy is how pods are stopped: no hook, or a native preStop sleep.
+// Strategy is how pods are stopped: no hook, a native preStop sleep, or
+// draingate's agent waiting for the gate server.
 type Strategy struct {
 	Name  string
 	Sleep time.Duration // for "sleep:D"
+	// Gate, for "draingate", runs a gate server (ServerImage) for the
+	// strategy and the agent (AgentImage) as the app's preStop hook. Its
+	// tails and poll interval scale with Options.TimeScale.
+	Gate bool
 }
 
-// ParseStrategies reads a comma-separated list: none, sleep:DURATION.
+// ParseStrategies reads a comma-separated list: none, sleep:DURATION,
+// draingate.
 func ParseStrategies(list string) ([]Strategy, error) {
 	var out []Strategy
 	seen := map[string]bool{}
@@ -153,6 +159,8 @@ func ParseStrategies(list string) ([]Strategy, error) {
 		switch {
 		case item == "none":
 			st = Strategy{Name: "none"}
+		case item == "draingate":
+			st = Strategy{Name: "draingate", Gate: true}
 		case strings.HasPrefix(item, "sleep:"):
 			d, err := time.ParseDuration(strings.TrimPrefix(item, "sleep:"))
 			if err != nil || d <= 0 {
@@ -162,7 +170,7 @@ func ParseStrategies(list string) ([]Strategy, error) {
 		case item == "":
 			return nil, fmt.Errorf("empty strategy in %q", list)
 		default:
-			return nil, fmt.Errorf("unknown strategy %q: want none or sleep:DURATION", item)
+			return nil, fmt.Errorf("unknown strategy %q: want none, sleep:DURATION or draingate", item)
 		}
 		if seen[st.Name] {
 			return nil, fmt.Errorf("strategy %q given twice", st.Name)

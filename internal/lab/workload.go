@@ -29,8 +29,9 @@ const (
 func sleepSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // deployment is the lab's app under one strategy: maxSurge 1,
-// maxUnavailable 0, the load balancer controller's readiness gate.
-func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
+// maxUnavailable 0, the load balancer controller's readiness gate. gate is
+// the running gate server for a Gate strategy, else nil.
+func deployment(replicas int32, st Strategy, sc Scenario, gate *gateSetup) *appsv1.Deployment {
 	labels := map[string]string{"app": appName}
 	c := corev1.Container{
 		Name:            "app",
@@ -49,7 +50,7 @@ func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
 		graceSeconds += sleepSeconds(st.Sleep)
 	}
 	maxSurge, maxUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
-	return &appsv1.Deployment{
+	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: appName},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
@@ -68,6 +69,10 @@ func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
 			},
 		},
 	}
+	if st.Gate && gate != nil {
+		withAgent(&d.Spec.Template.Spec, gate)
+	}
+	return d
 }
 
 func service() *corev1.Service {
