@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: the lab's default scenario (alb) with the strategies none,
-# sleep:5s and sleep:30s on the project's own cluster. Starts the cluster if
+# sleep:5s, sleep:30s and draingate on the project's own cluster. Starts the cluster if
 # none runs (and stops it after), prints the table, and writes out/demo.json
 # and out/demo.png. Extra arguments go to `draingate-lab run`.
 set -euo pipefail

@@ -1,0 +1,67 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeFlagsFromEnv(t *testing.T) {
+	var f serveFlags
+	fs := newServeFlagSet(&f, &bytes.Buffer{})
+	if err := fs.Parse([]string{"--tail-alb=7s"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DRAINGATE_TAIL_ALB": "9s", "DRAINGATE_AWS_RATE": "0.5", "DRAINGATE_TARGET_GROUPS": "false"}
+	if err := applyEnv(fs, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if f.tailALB != 7*time.Second {
+		t.Errorf("tail-alb = %s: the command line must win over DRAINGATE_TAIL_ALB", f.tailALB)
+	}
+	if f.rate != 0.5 || f.targetGroups {
+		t.Errorf("rate %v, target-groups %v: want 0.5 and false from the environment", f.rate, f.targetGroups)
+	}
+	if f.tailNLB != 180*time.Second || f.listen != ":8080" {
+		t.Errorf("defaults lost: tail-nlb %s, listen %q", f.tailNLB, f.listen)
+	}
+}
+
+func TestServeBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--aws-rate=0"}, nil, "--aws-rate must be in (0, 100]"},
+		{[]string{"--aws-burst=0"}, nil, "--aws-burst must be at least 1"},
+		{[]string{"--tail-alb=-1s"}, nil, "--tail-alb must not be negative"},
+		{[]string{"--poll-interval=0s"}, nil, "--poll-interval must be positive"},
+		{[]string{"--log-format=xml"}, nil, "--log-format must be text or json"},
+		{[]string{"extra"}, nil, `unexpected argument "extra"`},
+		{[]string{"--bogus"}, nil, "flag provided but not defined: -bogus"},
+		{nil, map[string]string{"DRAINGATE_MAX_WAIT": "soon"}, `DRAINGATE_MAX_WAIT="soon"`},
+		{[]string{"--target-groups=false", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "kubeconfig /nonexistent/kubeconfig"},
+		{[]string{"--target-groups=false"}, nil, "give --kubeconfig or set KUBECONFIG"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), append([]string{"serve"}, c.args...), func(k string) string { return c.env[k] }, &out, &errb)
+		if code == 0 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("serve %q env %v: exit %d, stderr %q; want a failure saying %q", c.args, c.env, code, errb.String(), c.want)
+		}
+	}
+}
+
+func TestMainCommands(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"serve", "-h"}, func(string) string { return "" }, &out, &errb); code != 0 ||
+		!strings.Contains(errb.String(), "-aws-rate") || !strings.Contains(errb.String(), "divided by the replicas") {
+		t.Errorf("serve -h: exit %d, help %q: want 0 and the flags, with how the budget divides among replicas", code, errb.String())
+	}
+	errb.Reset()
+	if code := Main(context.Background(), []string{"frobnicate"}, func(string) string { return "" }, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d, %q", code, errb.String())
+	}
+}
