@@ -1,0 +1,379 @@
+package inject
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"slices"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/utils/ptr"
+)
+
+// MaxReviewBytes bounds an AdmissionReview body. The API server stores
+// objects of at most about 1.5 MiB, so a pod's review never comes near it;
+// a larger body is admitted unchanged rather than read.
+const MaxReviewBytes = 3 << 20
+
+const (
+	admissionGroup   = "admission.k8s.io"
+	admissionV1      = admissionGroup + "/v1"
+	admissionV1beta1 = admissionGroup + "/v1beta1"
+	reviewKind       = "AdmissionReview"
+)
+
+// NewHandler serves the mutating admission webhook for pod CREATE.
+//
+// settings is read once per request, so the caller may change it at run
+// time; nsLabels returns a namespace's labels (from a cache, typically) and
+// is asked only when the pod's own label does not decide. log may be nil.
+//
+// What it answers:
+//   - a pod to inject: allowed, with a JSONPatch and Mutate's warnings;
+//   - a pod it does not inject for a reason of its own (an invalid
+//     annotation, a hook the agent cannot reproduce, a pod too large to
+//     read, a pod that does not decode): allowed unchanged, with a warning;
+//   - a request it should not have been sent (another kind, resource,
+//     subresource or operation): allowed unchanged;
+//   - a body that is not an AdmissionReview at all: 400 with a JSON error,
+//     413 for one too large to find its uid in, 405 for a method other
+//     than POST;
+//   - a failure on its own side (settings that do not work, the namespace
+//     lookup failing): 500, so the webhook's failurePolicy decides, which
+//     fails open unless the operator chose otherwise.
+//
+// It never answers 5xx for anything in the request.
+func NewHandler(settings func() Settings, nsLabels func(ctx context.Context, ns string) (map[string]string, error), log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &handler{settings: settings, nsLabels: nsLabels, log: log}
+}
+
+type handler struct {
+	settings func() Settings
+	nsLabels func(ctx context.Context, ns string) (map[string]string, error)
+	log      *slog.Logger
+}
+
+// httpError is an answer that is not an AdmissionReview.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, httpError{http.StatusMethodNotAllowed, "only POST: this is an admission webhook"})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
+	if err != nil {
+		writeError(w, httpError{http.StatusBadRequest, "reading the body: " + err.Error()})
+		return
+	}
+	var (
+		resp    *admissionv1.AdmissionReview
+		failure *httpError
+	)
+	if len(body) > MaxReviewBytes {
+		resp, failure = tooLarge(body)
+	} else {
+		resp, failure = h.review(r.Context(), body)
+	}
+	if failure != nil {
+		h.log.Warn("admission request not answered with a review", "status", failure.status, "error", failure.msg)
+		writeError(w, *failure)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+func writeError(w http.ResponseWriter, e httpError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{e.msg})
+}
+
+// review answers one AdmissionReview body of acceptable size.
+func (h *handler) review(ctx context.Context, body []byte) (*admissionv1.AdmissionReview, *httpError) {
+	var in admissionv1.AdmissionReview
+	if err := utiljson.Unmarshal(body, &in); err != nil {
+		// Valid JSON with a field of the wrong type still has a uid to
+		// answer to; anything less is not a review.
+		head, ok := reviewHead(body)
+		if !ok {
+			return nil, &httpError{http.StatusBadRequest, "not an AdmissionReview: " + short(err)}
+		}
+		return allow(head.APIVersion, head.Request.UID, warnPrefix+"not injected: the admission request did not decode: "+short(err)), nil
+	}
+	if in.Kind != reviewKind || !knownVersion(in.APIVersion) || in.Request == nil {
+		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("not an AdmissionReview with a request (apiVersion %q, kind %q)", in.APIVersion, in.Kind)}
+	}
+	req := in.Request
+	log := h.log.With("uid", req.UID, "namespace", req.Namespace, "name", req.Name)
+	if !isPodCreate(req) {
+		log.Warn("not a pod CREATE: check the webhook's rules", "kind", req.Kind.String(), "resource", req.Resource.String(), "subResource", req.SubResource, "operation", req.Operation)
+		return allow(in.APIVersion, req.UID), nil
+	}
+	out, failure := h.mutate(ctx, log, req)
+	if failure != nil {
+		return nil, failure
+	}
+	out.UID = req.UID
+	return &admissionv1.AdmissionReview{TypeMeta: reviewType(in.APIVersion), Response: out}, nil
+}
+
+func isPodCreate(req *admissionv1.AdmissionRequest) bool {
+	pods := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+	return req.Operation == admissionv1.Create && req.Resource == pods && req.SubResource == "" &&
+		req.Kind.Group == "" && req.Kind.Kind == "Pod"
+}
+
+// mutate decides one pod CREATE. The response's UID is set by the caller.
+func (h *handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, *httpError) {
+	var pod corev1.Pod
+	if len(req.Object.Raw) == 0 {
+		return allowed(warnPrefix + "not injected: the admission request carries no pod"), nil
+	}
+	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
+		log.Warn("pod did not decode", "error", err)
+		return allowed(warnPrefix + "not injected: the pod did not decode: " + short(err)), nil
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	s := h.settings()
+	wanted, err := h.wanted(ctx, &pod, s)
+	if err != nil {
+		log.Error("namespace labels", "error", err)
+		return nil, &httpError{http.StatusInternalServerError, fmt.Sprintf("reading namespace %s's labels: %v", pod.Namespace, err)}
+	}
+	var warnings []string
+	if v, ok := pod.Labels[LabelInject]; ok && v != Enabled && v != Disabled {
+		warnings = append(warnings, fmt.Sprintf("%slabel %s=%s is neither %s nor %s, and is ignored", warnPrefix, LabelInject, quote(v), Enabled, Disabled))
+	}
+	if !wanted {
+		log.Debug("not wanted")
+		return allowed(warnings...), nil
+	}
+	out, ws, err := Mutate(&pod, s)
+	if err != nil {
+		log.Error("mutate", "error", err)
+		return nil, &httpError{http.StatusInternalServerError, err.Error()}
+	}
+	warnings = append(warnings, ws...)
+	if out == &pod {
+		log.Info("not injected", "warnings", ws)
+		return allowed(warnings...), nil
+	}
+	if w := unknownHookFields(req.Object.Raw, &pod, out); w != "" {
+		log.Warn("not injected: unknown preStop fields", "warning", w)
+		return allowed(append(warnings, w)...), nil
+	}
+	patch, err := Patch(&pod, out)
+	if err != nil {
+		log.Error("patch", "error", err)
+		return nil, &httpError{http.StatusInternalServerError, err.Error()}
+	}
+	log.Info("injected", "generateName", pod.GenerateName, "warnings", ws)
+	resp := allowed(warnings...)
+	resp.Patch = patch
+	resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
+	return resp, nil
+}
+
+// wanted applies Wanted, asking for the namespace's labels only when the
+// pod's own label leaves the answer open.
+func (h *handler) wanted(ctx context.Context, pod *corev1.Pod, s Settings) (bool, error) {
+	if Wanted(pod, nil, s) || !Wanted(pod, map[string]string{LabelInject: Enabled}, s) {
+		return Wanted(pod, nil, s), nil
+	}
+	if h.nsLabels == nil {
+		return false, errors.New("no namespace lookup configured")
+	}
+	labels, err := h.nsLabels(ctx, pod.Namespace)
+	if err != nil {
+		return false, err
+	}
+	return Wanted(pod, labels, s), nil
+}
+
+// knownPreStop are the preStop handler fields this build's k8s.io/api
+// knows; Mutate replaces the handler of a gated container.
+var knownPreStop = []string{"exec", "httpGet", "tcpSocket", "sleep"}
+
+// unknownHookFields guards against version skew: a newer API server may send
+// a preStop handler of a kind this build does not know, which decoding drops.
+// Replacing that handler would silently lose the user's hook, so such a pod
+// is not injected. Only containers whose hook Mutate changed are checked.
+func unknownHookFields(raw []byte, orig, mutated *corev1.Pod) string {
+	var shape struct {
+		Spec struct {
+			Containers []struct {
+				Lifecycle struct {
+					PreStop map[string]json.RawMessage `json:"preStop"`
+				} `json:"lifecycle"`
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &shape); err != nil || len(shape.Spec.Containers) != len(orig.Spec.Containers) {
+		return ""
+	}
+	for i, c := range shape.Spec.Containers {
+		if reflect.DeepEqual(orig.Spec.Containers[i].Lifecycle, mutated.Spec.Containers[i].Lifecycle) {
+			continue
+		}
+		for k := range c.Lifecycle.PreStop {
+			if !slices.Contains(knownPreStop, k) {
+				return fmt.Sprintf("%snot injected: container %q: its preStop hook has field %s, which this draingate does not know (a newer Kubernetes?), so it cannot wrap the hook",
+					warnPrefix, orig.Spec.Containers[i].Name, quote(k))
+			}
+		}
+	}
+	return ""
+}
+
+func allowed(warnings ...string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
+}
+
+func allow(apiVersion string, uid types.UID, warnings ...string) *admissionv1.AdmissionReview {
+	resp := allowed(warnings...)
+	resp.UID = uid
+	return &admissionv1.AdmissionReview{TypeMeta: reviewType(apiVersion), Response: resp}
+}
+
+// reviewType answers in the request's version (the API server requires
+// it), v1 when unknown.
+func reviewType(apiVersion string) metav1.TypeMeta {
+	if !knownVersion(apiVersion) {
+		apiVersion = admissionV1
+	}
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: reviewKind}
+}
+
+func knownVersion(v string) bool { return v == admissionV1 || v == admissionV1beta1 }
+
+// head is the least of an AdmissionReview needed to answer it.
+type head struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Request    struct {
+		UID types.UID `json:"uid"`
+	} `json:"request"`
+}
+
+// reviewHead reads what identifies a review from a body whose full decode
+// failed: ok when it is an AdmissionReview with a request uid.
+func reviewHead(body []byte) (head, bool) {
+	var h head
+	if err := json.Unmarshal(body, &h); err != nil {
+		return h, false
+	}
+	return h, h.Kind == reviewKind && knownVersion(h.APIVersion) && h.Request.UID != ""
+}
+
+// tooLarge answers a body over MaxReviewBytes: admitted unchanged when its
+// uid shows in the part read, else 413.
+func tooLarge(prefix []byte) (*admissionv1.AdmissionReview, *httpError) {
+	apiVersion, uid := scanUID(prefix)
+	if uid == "" {
+		return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes, and no request uid in its first part", MaxReviewBytes)}
+	}
+	return allow(apiVersion, uid, fmt.Sprintf("%snot injected: the admission request is larger than %d MiB", warnPrefix, MaxReviewBytes>>20)), nil
+}
+
+// scanUID walks the JSON tokens of a truncated AdmissionReview for
+// apiVersion and request.uid, stopping where the text ends or breaks.
+func scanUID(prefix []byte) (apiVersion string, uid types.UID) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", ""
+		}
+		switch key {
+		case "apiVersion":
+			var v string
+			if dec.Decode(&v) != nil {
+				return "", ""
+			}
+			apiVersion = v
+		case "request":
+			return apiVersion, scanRequestUID(dec)
+		default:
+			if skipValue(dec) != nil {
+				return "", ""
+			}
+		}
+	}
+	return "", ""
+}
+
+func scanRequestUID(dec *json.Decoder) types.UID {
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "uid" {
+			var uid string
+			if dec.Decode(&uid) != nil {
+				return ""
+			}
+			return types.UID(uid)
+		}
+		if skipValue(dec) != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// skipValue consumes one JSON value token by token, so a large one costs no
+// more memory than its largest string.
+func skipValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// short bounds an error in a warning: the API server truncates long
+// warnings, and a decoder's message may quote much of the input.
+func short(err error) string {
+	return truncate(err.Error(), 200)
+}

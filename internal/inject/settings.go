@@ -1,0 +1,179 @@
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"draingate.dev/draingate/internal/prestop"
+)
+
+// Labels and annotations draingate reads and writes.
+const (
+	// LabelInject on a pod or a namespace: "enabled" opts in, "disabled" (on
+	// a pod) opts out whatever its namespace says.
+	LabelInject = "draingate.dev/inject"
+	// AnnotationInjected marks an injected pod; its value is Settings.Version.
+	AnnotationInjected = "draingate.dev/injected"
+	// Per-pod overrides of Settings.MaxWait, Fallback and ShutdownBudget.
+	AnnotationMaxWait        = "draingate.dev/max-wait"
+	AnnotationFallback       = "draingate.dev/fallback"
+	AnnotationShutdownBudget = "draingate.dev/shutdown-budget"
+	// AnnotationContainers names the containers to gate, comma-separated,
+	// instead of "every container with ports".
+	AnnotationContainers = "draingate.dev/containers"
+
+	Enabled  = "enabled"
+	Disabled = "disabled"
+)
+
+// Names and paths Mutate adds to a pod.
+const (
+	VolumeName        = "draingate-agent"
+	InstallerName     = "draingate-agent-install"
+	AgentDir          = "/draingate"       // emptyDir mode: where the agent is installed and mounted
+	ImageDir          = "/draingate-image" // image-volume mode: where the agent's image is mounted
+	agentInImage      = "/bin/draingate-prestop"
+	agentFile         = prestop.InstallName // the agent's file name where it is installed
+	installerUser     = 65532               // distroless "nonroot"
+	agentLogPath      = "/proc/1/fd/1"      // the app's stdout: the kubelet drops a successful hook's output
+	defaultGraceSecs  = 30                  // the API's default terminationGracePeriodSeconds
+	maxOverride       = time.Hour
+	defaultMaxWait    = 90 * time.Second
+	defaultFallback   = 30 * time.Second
+	defaultShutdown   = 30 * time.Second
+	defaultSizeLimit  = "16Mi"
+	defaultVersion    = "unknown"
+	installerCPU      = "10m"
+	installerMemory   = "16Mi"
+	warnPrefix        = "draingate: "
+	notInjectedPrefix = warnPrefix + "not injected: "
+)
+
+// Settings are the injector's configuration, the same for every pod except
+// where a pod's annotations override MaxWait, Fallback or ShutdownBudget.
+// Zero values take the defaults noted.
+type Settings struct {
+	// AgentImage holds the agent at /bin/draingate-prestop. Required.
+	AgentImage string
+	// Server is the gate server's wait API root URL, http:// only (the agent
+	// carries no TLS). Required.
+	Server string
+	// MaxWait is the agent's longest wait (default 90s).
+	MaxWait time.Duration
+	// Fallback is how long the agent tries when no gate server answers at
+	// all (default 30s).
+	Fallback time.Duration
+	// ShutdownBudget is the app's own time after the hook, between SIGTERM
+	// and SIGKILL (default 30s).
+	ShutdownBudget time.Duration
+	// ImageVolume mounts AgentImage as an OCI image volume instead of
+	// copying the agent into an emptyDir with an init container. Turn it on
+	// only when every node's kubelet and runtime can mount image volumes
+	// (API server 1.35+ is necessary, not sufficient) and the operator
+	// allows it: a node that cannot fails the pod's start.
+	ImageVolume bool
+	// EmptyDirSizeLimit bounds the emptyDir (default 16Mi; the agent is a
+	// few MB).
+	EmptyDirSizeLimit resource.Quantity
+	// Version is the value of the draingate.dev/injected annotation
+	// (default "unknown").
+	Version string
+	// ServerNamespace is draingate's own namespace: its pods are never
+	// mutated, so the gate server cannot end up waiting on itself.
+	ServerNamespace string
+}
+
+// withDefaults fills zero values and reports settings no pod could be
+// injected with: those are the operator's mistakes, not the pod's.
+func (s Settings) withDefaults() (Settings, error) {
+	if s.MaxWait == 0 {
+		s.MaxWait = defaultMaxWait
+	}
+	if s.Fallback == 0 {
+		s.Fallback = defaultFallback
+	}
+	if s.ShutdownBudget == 0 {
+		s.ShutdownBudget = defaultShutdown
+	}
+	if s.EmptyDirSizeLimit.IsZero() {
+		s.EmptyDirSizeLimit = resource.MustParse(defaultSizeLimit)
+	}
+	if s.Version == "" {
+		s.Version = defaultVersion
+	}
+	var errs []error
+	if strings.TrimSpace(s.AgentImage) == "" {
+		errs = append(errs, errors.New("no agent image"))
+	}
+	if u, err := url.Parse(s.Server); err != nil || u.Scheme != "http" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("server %q is not an http://host[:port] URL (the agent speaks plain http)", s.Server))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"max-wait", s.MaxWait}, {"fallback", s.Fallback}, {"shutdown budget", s.ShutdownBudget}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s is negative", d.name, d.v))
+		}
+	}
+	if s.EmptyDirSizeLimit.Sign() < 0 {
+		errs = append(errs, fmt.Errorf("emptyDir size limit %s is negative", s.EmptyDirSizeLimit.String()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return s, fmt.Errorf("inject: bad settings: %w", err)
+	}
+	return s, nil
+}
+
+// timings are one pod's effective durations.
+type timings struct {
+	maxWait, fallback, budget time.Duration
+}
+
+// podTimings applies the pod's duration annotations over s. Each bad value
+// is one problem naming the annotation, the value and what is accepted.
+func podTimings(pod *corev1.Pod, s Settings) (timings, []string) {
+	t := timings{maxWait: s.MaxWait, fallback: s.Fallback, budget: s.ShutdownBudget}
+	var problems []string
+	for _, o := range []struct {
+		key string
+		dst *time.Duration
+	}{{AnnotationMaxWait, &t.maxWait}, {AnnotationFallback, &t.fallback}, {AnnotationShutdownBudget, &t.budget}} {
+		v, ok := pod.Annotations[o.key]
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil || d <= 0 || d > maxOverride {
+			problems = append(problems, fmt.Sprintf("annotation %s=%s: want a duration such as 90s or 2m, more than 0 and at most %s",
+				o.key, quote(v), "1h"))
+			continue
+		}
+		*o.dst = d
+	}
+	return t, problems
+}
+
+// quote shows a user's value in a warning, bounded: the API server truncates
+// long warnings, and the point is to recognise the value, not reprint it.
+func quote(v string) string {
+	return fmt.Sprintf("%q", truncate(v, 64))
+}
+
+// truncate cuts s to at most n bytes on a character boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
