@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ import (
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/webhook"
 )
 
 // serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
@@ -33,6 +36,12 @@ type serveFlags struct {
 	pollInterval, maxWait, reserve    time.Duration
 	tailSlice, tailALB, tailNLB       time.Duration
 	logFormat                         string
+
+	webhookListen, webhookConfig, webhookSecret         string
+	webhookService, webhookNamespace                    string
+	webhookCertManager, injectImageVolume               bool
+	agentImage, agentServer                             string
+	injectMaxWait, injectFallback, injectShutdownBudget time.Duration
 }
 
 func envName(flagName string) string {
@@ -60,6 +69,19 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+
+	fs.StringVar(&f.webhookListen, "webhook-listen", "", "address of the pod-injection admission webhook (TLS); empty: no webhook")
+	fs.StringVar(&f.webhookConfig, "webhook-config", "draingate", "MutatingWebhookConfiguration whose caBundle the server keeps current (with its own CA)")
+	fs.StringVar(&f.webhookSecret, "webhook-secret", "draingate-webhook-tls", "Secret holding the webhook's CA and serving certificate (ca.crt, tls.crt, tls.key)")
+	fs.StringVar(&f.webhookService, "webhook-service", "draingate", "the webhook's Service name: its certificate covers <service>.<namespace>.svc")
+	fs.StringVar(&f.webhookNamespace, "webhook-namespace", "", "namespace of the webhook's Service and Secret, and draingate's own (its pods are never injected); empty: the pod's own namespace")
+	fs.BoolVar(&f.webhookCertManager, "webhook-cert-manager", false, "cert-manager writes the Secret and the caBundle; the server only reads the Secret")
+	fs.StringVar(&f.agentImage, "agent-image", "", "image holding /bin/draingate-prestop, injected into opted-in pods (required with --webhook-listen)")
+	fs.StringVar(&f.agentServer, "agent-server", "", "wait API URL the injected agents ask; empty: http://<webhook-service>.<webhook-namespace>.svc:<listen port>")
+	fs.DurationVar(&f.injectMaxWait, "inject-max-wait", 90*time.Second, "injected agents' longest wait (pod annotation draingate.dev/max-wait overrides)")
+	fs.DurationVar(&f.injectFallback, "inject-fallback", 30*time.Second, "injected agents' wait when no gate server answers (annotation draingate.dev/fallback)")
+	fs.DurationVar(&f.injectShutdownBudget, "inject-shutdown-budget", 30*time.Second, "the app's time after the hook, added to the grace period (annotation draingate.dev/shutdown-budget)")
+	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
 	return fs
 }
 
@@ -200,6 +222,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return 1
 		}
 	}
+	if f.webhookListen != "" {
+		if o.Webhook, err = webhookOptions(&f); err != nil {
+			o.Listener.Close()
+			if o.Metrics != nil {
+				o.Metrics.Close()
+			}
+			fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+			return 1
+		}
+	}
 	s, err := New(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
@@ -250,4 +282,48 @@ func elbv2Client(ctx context.Context, region, endpoint string) (*elasticloadbala
 			o.BaseEndpoint = aws.String(endpoint)
 		}
 	}), nil
+}
+
+// serviceAccountNamespace is where the in-cluster ServiceAccount lives.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// webhookOptions builds the webhook's settings from the flags and opens its
+// listener.
+func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
+	if f.agentImage == "" {
+		return nil, errors.New("--webhook-listen needs --agent-image, the image holding /bin/draingate-prestop")
+	}
+	ns := f.webhookNamespace
+	if ns == "" {
+		b, err := os.ReadFile(serviceAccountNamespace)
+		if err != nil {
+			return nil, errors.New("--webhook-listen needs --webhook-namespace (draingate's own namespace) when not running in a pod")
+		}
+		ns = strings.TrimSpace(string(b))
+	}
+	server := f.agentServer
+	if server == "" {
+		_, port, err := net.SplitHostPort(f.listen)
+		if err != nil {
+			return nil, fmt.Errorf("--listen %q: %v", f.listen, err)
+		}
+		server = fmt.Sprintf("http://%s.%s.svc:%s", f.webhookService, ns, port)
+	}
+	ln, err := net.Listen("tcp", f.webhookListen)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-listen: %v", err)
+	}
+	certs := &webhook.Certs{Namespace: ns, SecretName: f.webhookSecret, Service: f.webhookService, External: f.webhookCertManager}
+	if !f.webhookCertManager {
+		certs.ConfigName = f.webhookConfig
+	}
+	return &WebhookOptions{
+		Listener: ln,
+		Certs:    certs,
+		Settings: inject.Settings{
+			AgentImage: f.agentImage, Server: server,
+			MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
+			ImageVolume: f.injectImageVolume, Version: Version, ServerNamespace: ns,
+		},
+	}, nil
 }

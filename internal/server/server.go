@@ -30,7 +30,9 @@ import (
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/waitapi"
+	"draingate.dev/draingate/internal/webhook"
 )
 
 // Options configure a Server. Zero durations take the defaults beside them.
@@ -59,6 +61,9 @@ type Options struct {
 	// CRD while it is absent (default 10 s).
 	CRDInterval time.Duration
 
+	// Webhook, when set, serves the pod-injection admission webhook.
+	Webhook *WebhookOptions
+
 	// Listener serves the wait API and probes; Metrics serves /metrics.
 	// Either may be nil to serve nothing there.
 	Listener, Metrics net.Listener
@@ -68,6 +73,16 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock of observations and verdicts (time.Now when nil).
 	Now func() time.Time
+}
+
+// WebhookOptions configure the admission webhook.
+type WebhookOptions struct {
+	// Listener is where it serves (TLS is added by the server).
+	Listener net.Listener
+	// Certs keeps its certificate; the server fills in Client and Log.
+	Certs *webhook.Certs
+	// Settings are the injector's.
+	Settings inject.Settings
 }
 
 func (o Options) withDefaults() Options {
@@ -178,6 +193,12 @@ func New(o Options) (*Server, error) {
 	s.events = record.NewBroadcaster()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.recorder = s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"})
+	if w := o.Webhook; w != nil {
+		if w.Certs == nil || w.Listener == nil {
+			return nil, errors.New("server: the webhook needs a listener and certificates")
+		}
+		w.Certs.Client, w.Certs.Log = cs, o.Log
+	}
 	if o.ELBv2 != nil {
 		pc := o.Poller
 		pc.Metrics = s.metrics.elbv2Call
@@ -244,6 +265,11 @@ func (s *Server) Run(ctx context.Context) error {
 			MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: shutdown,
 		}))
 		s.log.Info("serving the wait API", "addr", s.o.Listener.Addr().String())
+	}
+	if w := s.o.Webhook; w != nil {
+		if err := s.startWebhook(ctx, w, serve); err != nil {
+			return err
+		}
 	}
 	if s.o.Metrics != nil {
 		mux := http.NewServeMux()

@@ -64,6 +64,9 @@ type Certs struct {
 	// caBundle is kept equal to the Secret's ca.crt. Empty: not managed
 	// (cert-manager's CA injector or the operator does it).
 	ConfigName string
+	// External is true when something else (cert-manager) writes the
+	// Secret and the caBundle: Sync only reads the Secret.
+	External bool
 	// CheckEvery is how often Run looks again (default 10 minutes).
 	CheckEvery time.Duration
 	Log        *slog.Logger
@@ -137,6 +140,17 @@ func (c *Certs) syncOnce(ctx context.Context) error {
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read Secret %s/%s: %w", c.Namespace, c.SecretName, err)
+	}
+	if c.External {
+		if !exists {
+			return fmt.Errorf("Secret %s/%s does not exist yet (cert-manager writes it)", c.Namespace, c.SecretName)
+		}
+		cert, err := tls.X509KeyPair(sec.Data[KeyCert], sec.Data[KeyKey])
+		if err != nil {
+			return fmt.Errorf("Secret %s/%s: %w", c.Namespace, c.SecretName, err)
+		}
+		c.current.Store(&cert)
+		return nil
 	}
 	if !exists {
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.SecretName, Namespace: c.Namespace,

@@ -108,4 +108,3 @@ func typeOf(lbARNs []string, protocol string) string {
 	}
 	return ""
 }
-

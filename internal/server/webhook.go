@@ -1,0 +1,80 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"draingate.dev/draingate/internal/inject"
+)
+
+// Version is draingate's version, written into injected pods' annotation.
+const Version = "0.1.0"
+
+// namespaceObject is the metadata-only Namespace the webhook caches: it
+// needs their labels (draingate.dev/inject) and nothing else.
+func namespaceObject() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return m
+}
+
+func transformNamespace(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta}
+	out.Name, out.UID, out.ResourceVersion, out.Labels = m.Name, m.UID, m.ResourceVersion, m.Labels
+	return out, nil
+}
+
+// startWebhook loads the certificate (retrying in the background while it
+// cannot: the webhook then refuses TLS and the API server applies the
+// failurePolicy, Ignore by default), starts the namespace cache and serves
+// the injector.
+func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func(net.Listener, http.Handler)) error {
+	if _, err := s.cache.GetInformer(ctx, namespaceObject(), cache.BlockUntilSynced(false)); err != nil {
+		return fmt.Errorf("server: namespace informer: %w", err)
+	}
+	go func() {
+		backoffLoop(ctx, func() error {
+			err := w.Certs.Sync(ctx)
+			if err != nil {
+				s.log.Error("webhook certificate not ready; pods are admitted without injection until it is", "err", err)
+			}
+			return err
+		})
+		w.Certs.Run(ctx)
+	}()
+	settings := w.Settings
+	if settings.Version == "" {
+		settings.Version = Version
+	}
+	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
+	mux := http.NewServeMux()
+	mux.Handle("/mutate-pods", h)
+	ln := tls.NewListener(w.Listener, &tls.Config{GetCertificate: w.Certs.GetCertificate, MinVersion: tls.VersionTLS12})
+	serve(ln, mux)
+	s.log.Info("serving the injection webhook", "addr", w.Listener.Addr().String(), "agent_image", settings.AgentImage, "agent_server", settings.Server)
+	return nil
+}
+
+// namespaceLabels reads a namespace's labels from the cache.
+func (s *Server) namespaceLabels(ctx context.Context, ns string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m := namespaceObject()
+	if err := s.cache.Get(ctx, client.ObjectKey{Name: ns}, m); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	return m.Labels, nil
+}
