@@ -329,8 +329,22 @@ func (s *Server) shutdown() {
 }
 
 // ready is /readyz: the caches hold pods and slices (and
-// TargetGroupBindings, once their CRD was found).
+// TargetGroupBindings, once their CRD was found), and the webhook, when on,
+// has a certificate the API server trusts.
 func (s *Server) ready() error {
+	if err := s.cachesReady(); err != nil {
+		return err
+	}
+	// The webhook shares the Service: a replica whose certificate the API
+	// server cannot trust yet must not take its calls.
+	if w := s.o.Webhook; w != nil && !w.Certs.Ready() {
+		return errors.New("the webhook certificate is not in place yet")
+	}
+	return nil
+}
+
+// cachesReady says whether the gate can answer.
+func (s *Server) cachesReady() error {
 	if !s.synced.Load() {
 		return errors.New("the pod and EndpointSlice caches have not synced yet")
 	}
