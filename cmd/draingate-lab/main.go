@@ -152,7 +152,7 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		}
 	}
 	c.opts.Progress = stderr
-	rep, err := lab.Run(ctx, lab.Env{Config: cl.Config, Client: cl.Client, HostIP: testenv.HostIP}, c.opts)
+	rep, err := lab.Run(ctx, lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP}, c.opts)
 	if err != nil {
 		return err
 	}

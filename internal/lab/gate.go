@@ -2,20 +2,18 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/internal/chart"
 )
 
 // The draingate strategy's images, built offline from this module like
@@ -28,16 +26,12 @@ const (
 )
 
 const (
-	gateName      = "draingate" // the server's Deployment, Service, ServiceAccount
-	gatePort      = 8080        // wait API, /healthz, /readyz
-	gateMetrics   = 9090
-	agentVolume   = "draingate"
-	agentDir      = "/draingate"
+	gatePort      = 8080 // the chart's wait API port
 	gateReadyBy   = 2 * time.Minute
 	gateLogLines  = 30
 	gateLongPoll  = 30 * time.Second // the server's cap on one long-poll: not a race timing, never scaled
-	gateAWSRate   = "2"
-	gateAWSBurst  = "5"
+	gateAWSRate   = 2
+	gateAWSBurst  = 5
 	gateAWSRegion = "us-east-1"
 )
 
@@ -100,156 +94,71 @@ type gateSetup struct {
 	Timings   gateTimings
 }
 
-// serverArgs are the gate server's command line (each flag also has a
-// DRAINGATE_* variable; the command line makes a run's settings plain in
-// kubectl get -o yaml).
-func serverArgs(elbv2URL string, t gateTimings) []string {
-	return []string{
-		"serve",
-		"--listen=:" + fmt.Sprint(gatePort),
-		"--metrics-listen=:" + fmt.Sprint(gateMetrics),
-		"--aws-region=" + gateAWSRegion,
-		"--elbv2-endpoint=" + elbv2URL,
-		"--aws-rate=" + gateAWSRate,
-		"--aws-burst=" + gateAWSBurst,
-		"--poll-interval=" + t.Poll.String(),
-		"--tail-endpointslice=" + t.EndpointSlice.String(),
-		"--tail-alb=" + t.ALB.String(),
-		"--tail-nlb=" + t.NLB.String(),
-		"--max-wait=" + gateLongPoll.String(),
-	}
-}
-
-// gateRBAC is what the gate server reads and writes cluster-wide.
-func gateRBAC(name, ns string) (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
-	read := []string{"get", "list", "watch"}
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: read},
-			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
-			{APIGroups: []string{"elbv2.k8s.aws"}, Resources: []string{"targetgroupbindings"}, Verbs: read},
-			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: read},
-			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		},
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: gateName, Namespace: ns}},
-	}
-	return role, binding
-}
-
-// gateDeployment is one gate server, reaching the ELBv2 emulator at elbv2URL.
-func gateDeployment(elbv2URL string, t gateTimings) *appsv1.Deployment {
-	labels := map[string]string{"app": gateName}
-	probe := func(path string) *corev1.Probe {
-		return &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http")}},
-			PeriodSeconds: 1,
-		}
-	}
-	liveness := probe("/healthz")
-	liveness.PeriodSeconds, liveness.FailureThreshold = 5, 3
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: gateName},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					ServiceAccountName: gateName,
-					Containers: []corev1.Container{{
-						Name:            gateName,
-						Image:           ServerImage,
-						ImagePullPolicy: corev1.PullNever,
-						Args:            serverArgs(elbv2URL, t),
-						// The emulator ignores signatures; static keys keep
-						// the SDK off the instance metadata service.
-						Env: []corev1.EnvVar{
-							{Name: "AWS_ACCESS_KEY_ID", Value: "lab"},
-							{Name: "AWS_SECRET_ACCESS_KEY", Value: "lab"},
-							{Name: "AWS_EC2_METADATA_DISABLED", Value: "true"},
-						},
-						Ports: []corev1.ContainerPort{
-							{Name: "http", ContainerPort: gatePort},
-							{Name: "metrics", ContainerPort: gateMetrics},
-						},
-						ReadinessProbe: probe("/readyz"),
-						LivenessProbe:  liveness,
-					}},
-				},
-			},
-		},
-	}
-}
-
-func gateService() *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: gateName},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": gateName},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: gatePort, TargetPort: intstr.FromString("http")}},
-		},
-	}
-}
-
-// startGate runs a gate server in its own namespace and waits until it is
-// ready (its caches synced). Every object it creates, cluster-scoped ones
-// included, is deleted by the returned cleanup, never nil, which the caller
-// defers at once, error or not.
+// startGate installs draingate with its Helm chart into its own namespace,
+// pointed at the ELBv2 emulator, as an operator would, and waits until the
+// gate server is ready (caches synced, webhook certificate in place). Its
+// injection webhook then gives every pod of a namespace labelled
+// draingate.dev/inject=enabled the agent. The returned cleanup, never nil,
+// uninstalls the release and deletes the namespace; the caller defers it at
+// once, error or not.
 func (r *runner) startGate(ctx context.Context, ns string, sc Scenario) (*gateSetup, func(), error) {
 	cl := r.env.Client
-	var undo []func()
-	cleanup := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
 	bg := context.Background() // cleanup must run after ctx is cancelled (Ctrl-C)
-	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return nil, cleanup, fmt.Errorf("gate server namespace: %w", err)
-	}
-	undo = append(undo, func() { cl.CoreV1().Namespaces().Delete(bg, ns, metav1.DeleteOptions{}) })
-	role, binding := gateRBAC(ns, ns)
-	if _, err := cl.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		return nil, cleanup, fmt.Errorf("gate server ClusterRole: %w", err)
-	}
-	undo = append(undo, func() { cl.RbacV1().ClusterRoles().Delete(bg, role.Name, metav1.DeleteOptions{}) })
-	if _, err := cl.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return nil, cleanup, fmt.Errorf("gate server ClusterRoleBinding: %w", err)
-	}
-	undo = append(undo, func() { cl.RbacV1().ClusterRoleBindings().Delete(bg, binding.Name, metav1.DeleteOptions{}) })
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: gateName}}
-	if _, err := cl.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-		return nil, cleanup, fmt.Errorf("gate server ServiceAccount: %w", err)
+	var rel *chart.Release
+	cleanup := func() {
+		if rel != nil {
+			if err := rel.Uninstall(2 * time.Minute); err != nil {
+				r.notes = append(r.notes, fmt.Sprintf("gate server release %s: %v", ns, err))
+			}
+		}
+		cl.CoreV1().Namespaces().Delete(bg, ns, metav1.DeleteOptions{})
 	}
 	t := timingsFor(r.o.TimeScale)
-	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, gateDeployment(r.emuURL, t), metav1.CreateOptions{}); err != nil {
-		return nil, cleanup, fmt.Errorf("gate server Deployment: %w", err)
-	}
-	if _, err := cl.CoreV1().Services(ns).Create(ctx, gateService(), metav1.CreateOptions{}); err != nil {
-		return nil, cleanup, fmt.Errorf("gate server Service: %w", err)
-	}
-	if err := waitFor(ctx, gateReadyBy, func() bool { return gateReady(ctx, cl, ns) }); err != nil {
-		if !errors.Is(err, errTimeout) {
-			return nil, cleanup, err // cancelled: no time for a diagnosis
+	maxWait := t.maxWait(sc)
+	var err error
+	// The release is named after its namespace, which contains "draingate",
+	// so the chart names every object (cluster-scoped ones too) after it.
+	rel, err = chart.Install(ctx, r.env.Kubeconfig, ns, ns, gateValues(r.emuURL, t, maxWait), gateReadyBy, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, cleanup, err
 		}
-		return nil, cleanup, fmt.Errorf("gate server in namespace %s not ready (caches synced, /readyz): %w%s", ns, err, gateDiagnosis(cl, ns))
+		return nil, cleanup, fmt.Errorf("gate server in namespace %s: %w%s", ns, err, gateDiagnosis(cl, ns))
 	}
 	return &gateSetup{
 		Namespace: ns,
-		Server:    fmt.Sprintf("http://%s.%s.svc:%d", gateName, ns, gatePort),
-		MaxWait:   t.maxWait(sc),
+		Server:    fmt.Sprintf("http://%s.%s.svc:%d", ns, ns, gatePort),
+		MaxWait:   maxWait,
 		Fallback:  t.Fallback,
 		Timings:   t,
 	}, cleanup, nil
 }
 
+// gateValues are the chart's values for one lab run: one replica, the
+// images built offline, the emulator's endpoint and static keys (it ignores
+// signatures), the run's scaled tails, and the agent's max-wait for the
+// scenario.
+func gateValues(elbv2URL string, t gateTimings, maxWait time.Duration) map[string]any {
+	repo, tag, _ := strings.Cut(ServerImage, ":")
+	agentRepo, agentTag, _ := strings.Cut(AgentImage, ":")
+	env := func(name, value string) map[string]any { return map[string]any{"name": name, "value": value} }
+	return map[string]any{
+		"replicaCount": 1,
+		"image":        map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		"aws":          map[string]any{"region": gateAWSRegion, "elbv2Endpoint": elbv2URL, "rate": gateAWSRate, "burst": gateAWSBurst},
+		"extraEnv":     []any{env("AWS_ACCESS_KEY_ID", "lab"), env("AWS_SECRET_ACCESS_KEY", "lab"), env("AWS_EC2_METADATA_DISABLED", "true")},
+		"pollInterval": t.Poll.String(),
+		"tails":        map[string]any{"endpointSlice": t.EndpointSlice.String(), "alb": t.ALB.String(), "nlb": t.NLB.String()},
+		"maxWait":      gateLongPoll.String(),
+		"agent": map[string]any{
+			"image":   map[string]any{"repository": agentRepo, "tag": agentTag},
+			"maxWait": maxWait.String(), "fallback": t.Fallback.String(), "shutdownBudget": grace.String(),
+		},
+	}
+}
+
 func gateReady(ctx context.Context, cl kubernetes.Interface, ns string) bool {
-	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + gateName})
+	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + ns})
 	if err != nil {
 		return false
 	}
@@ -272,7 +181,7 @@ func gateReady(ctx context.Context, cl kubernetes.Interface, ns string) bool {
 func gateDiagnosis(cl kubernetes.Interface, ns string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + gateName})
+	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + ns})
 	if err != nil {
 		return fmt.Sprintf("; listing its pods: %v", err)
 	}
@@ -308,7 +217,7 @@ func gateDiagnosis(cl kubernetes.Interface, ns string) string {
 }
 
 func logTail(ctx context.Context, cl kubernetes.Interface, ns, pod string, previous bool) string {
-	rc, err := cl.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: gateName, TailLines: ptr.To(int64(gateLogLines)), Previous: previous}).Stream(ctx)
+	rc, err := cl.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "draingate", TailLines: ptr.To(int64(gateLogLines)), Previous: previous}).Stream(ctx)
 	if err != nil {
 		if previous {
 			return ""
@@ -318,44 +227,6 @@ func logTail(ctx context.Context, cl kubernetes.Interface, ns, pod string, previ
 	defer rc.Close()
 	b, _ := io.ReadAll(io.LimitReader(rc, 64<<10))
 	return strings.TrimRight(string(b), "\n")
-}
-
-// withAgent makes the pod spec wait for the gate before SIGTERM: an init
-// container copies the agent into an emptyDir, the app container runs it
-// as its preStop hook with its pod's identity from the downward API.
-func withAgent(spec *corev1.PodSpec, g *gateSetup) {
-	mount := corev1.VolumeMount{Name: agentVolume, MountPath: agentDir}
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	spec.InitContainers = append(spec.InitContainers, corev1.Container{
-		Name:            "draingate-agent",
-		Image:           AgentImage,
-		ImagePullPolicy: corev1.PullNever,
-		Command:         []string{"/bin/draingate-prestop", "install", agentDir},
-		VolumeMounts:    []corev1.VolumeMount{mount},
-	})
-	field := func(name, path string) corev1.EnvVar {
-		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
-	}
-	for i := range spec.Containers {
-		c := &spec.Containers[i]
-		if c.Name != "app" {
-			continue
-		}
-		c.VolumeMounts = append(c.VolumeMounts, mount)
-		c.Env = append(c.Env,
-			field("DRAINGATE_POD_NAME", "metadata.name"),
-			field("DRAINGATE_POD_NAMESPACE", "metadata.namespace"),
-			field("DRAINGATE_POD_UID", "metadata.uid"),
-			corev1.EnvVar{Name: "DRAINGATE_SERVER", Value: g.Server},
-		)
-		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{
-			agentDir + "/draingate-prestop", "wait",
-			"--max-wait", g.MaxWait.String(),
-			"--fallback", g.Fallback.String(),
-			"--log", "/proc/1/fd/1",
-		}}}}
-	}
-	spec.TerminationGracePeriodSeconds = ptr.To(int64(grace.Seconds()) + sleepSeconds(g.MaxWait))
 }
 
 // UsesGate says whether any strategy runs the gate server, so the caller

@@ -1,13 +1,11 @@
 package lab
 
 import (
-	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
-	"draingate.dev/draingate/internal/sim/lbc"
+	"draingate.dev/draingate/internal/chart"
 )
 
 func TestGateTimingsScale(t *testing.T) {
@@ -50,95 +48,33 @@ func TestGateMaxWaitCoversScenario(t *testing.T) {
 	}
 }
 
-func TestDeploymentWithAgent(t *testing.T) {
-	sc := Scenarios["alb"]
-	g := &gateSetup{Namespace: "gate-ns", Server: "http://draingate.gate-ns.svc:8080", MaxWait: 36 * time.Second, Fallback: 30 * time.Second}
-	d := deployment(3, Strategy{Name: "draingate", Gate: true}, sc, g)
-	spec := d.Spec.Template.Spec
-
-	if got, want := *spec.TerminationGracePeriodSeconds, int64(30+36); got != want {
-		t.Errorf("terminationGracePeriodSeconds = %d, want grace + max-wait = %d", got, want)
+// TestGateValuesRenderTheChart: the lab's chart values render, and the
+// server gets the run's emulator endpoint, scaled tails and the agent's
+// max-wait for the scenario; the app Deployment itself carries no hook.
+func TestGateValuesRenderTheChart(t *testing.T) {
+	sc := Scenarios["slow-aws"].Scaled(0.25)
+	tm := timingsFor(0.25)
+	files, err := chart.Render("lab-3-draingate-sys-1", "lab-3-draingate-sys-1", gateValues("http://10.244.0.1:40000", tm, tm.maxWait(sc)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(spec.ReadinessGates) != 1 || spec.ReadinessGates[0].ConditionType != lbc.ReadinessGatePrefix+tgbName {
-		t.Errorf("readiness gates %v: want the controller's one kept", spec.ReadinessGates)
-	}
-	if len(spec.Volumes) != 1 || spec.Volumes[0].Name != "draingate" || spec.Volumes[0].EmptyDir == nil {
-		t.Fatalf("volumes %+v: want one emptyDir named draingate", spec.Volumes)
-	}
-	if len(spec.InitContainers) != 1 {
-		t.Fatalf("init containers: %d, want 1", len(spec.InitContainers))
-	}
-	ic := spec.InitContainers[0]
-	if ic.Image != AgentImage || ic.ImagePullPolicy != corev1.PullNever ||
-		!slices.Equal(ic.Command, []string{"/bin/draingate-prestop", "install", "/draingate"}) ||
-		len(ic.VolumeMounts) != 1 || ic.VolumeMounts[0].MountPath != "/draingate" {
-		t.Errorf("init container %+v", ic)
-	}
-	app := spec.Containers[0]
-	if len(app.VolumeMounts) != 1 || app.VolumeMounts[0].Name != "draingate" || app.VolumeMounts[0].MountPath != "/draingate" {
-		t.Errorf("app mounts %+v", app.VolumeMounts)
-	}
-	env := map[string]corev1.EnvVar{}
-	for _, e := range app.Env {
-		env[e.Name] = e
-	}
-	for name, path := range map[string]string{"DRAINGATE_POD_NAME": "metadata.name", "DRAINGATE_POD_NAMESPACE": "metadata.namespace", "DRAINGATE_POD_UID": "metadata.uid"} {
-		if e := env[name]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
-			t.Errorf("%s = %+v, want the downward API's %s", name, e, path)
+	var deploy string
+	for name, text := range files {
+		if strings.HasSuffix(name, "/deployment.yaml") {
+			deploy = text
 		}
 	}
-	if got := env["DRAINGATE_SERVER"].Value; got != g.Server {
-		t.Errorf("DRAINGATE_SERVER = %q, want %q", got, g.Server)
-	}
-	if app.Lifecycle == nil || app.Lifecycle.PreStop == nil || app.Lifecycle.PreStop.Exec == nil {
-		t.Fatalf("lifecycle %+v: want an exec preStop hook", app.Lifecycle)
-	}
-	want := []string{"/draingate/draingate-prestop", "wait", "--max-wait", "36s", "--fallback", "30s", "--log", "/proc/1/fd/1"}
-	if got := app.Lifecycle.PreStop.Exec.Command; !slices.Equal(got, want) {
-		t.Errorf("preStop %q, want %q", got, want)
-	}
-
-	// The other strategies get no agent.
-	for _, st := range []Strategy{{Name: "none"}, {Name: "sleep:5s", Sleep: 5 * time.Second}} {
-		s := deployment(3, st, sc, nil).Spec.Template.Spec
-		if len(s.InitContainers) != 0 || len(s.Volumes) != 0 || len(s.Containers[0].Env) != 0 {
-			t.Errorf("%s: got the agent: %+v", st.Name, s)
-		}
-	}
-}
-
-func TestGateServerArgsAndRBAC(t *testing.T) {
-	d := gateDeployment("http://10.244.0.1:4567", timingsFor(0.25))
-	c := d.Spec.Template.Spec.Containers[0]
-	want := []string{"serve", "--listen=:8080", "--metrics-listen=:9090", "--aws-region=us-east-1",
-		"--elbv2-endpoint=http://10.244.0.1:4567", "--aws-rate=2", "--aws-burst=5", "--poll-interval=500ms",
-		"--tail-endpointslice=1.25s", "--tail-alb=5s", "--tail-nlb=45s", "--max-wait=30s"}
-	if !slices.Equal(c.Args, want) {
-		t.Errorf("args %q, want %q", c.Args, want)
-	}
-	if c.Image != ServerImage || d.Spec.Template.Spec.ServiceAccountName != "draingate" ||
-		c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("server pod %+v", d.Spec.Template.Spec)
-	}
-	role, binding := gateRBAC("lab-0-draingate-sys-1", "lab-0-draingate-sys-1")
-	can := func(group, resource, verb string) bool {
-		for _, r := range role.Rules {
-			if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, need := range [][3]string{
-		{"", "pods", "watch"}, {"", "services", "list"}, {"discovery.k8s.io", "endpointslices", "watch"},
-		{"elbv2.k8s.aws", "targetgroupbindings", "watch"}, {"apiextensions.k8s.io", "customresourcedefinitions", "get"},
-		{"", "events", "create"}, {"events.k8s.io", "events", "patch"},
+	for _, want := range []string{
+		"--elbv2-endpoint=http://10.244.0.1:40000", "--tail-alb=" + tm.ALB.String(), "--tail-endpointslice=" + tm.EndpointSlice.String(),
+		"--poll-interval=" + tm.Poll.String(), "--inject-max-wait=" + tm.maxWait(sc).String(), "--agent-image=" + AgentImage,
+		`image: "` + ServerImage + `"`, "AWS_ACCESS_KEY_ID",
 	} {
-		if !can(need[0], need[1], need[2]) {
-			t.Errorf("ClusterRole lacks %s %s/%s", need[2], need[0], need[1])
+		if !strings.Contains(deploy, want) {
+			t.Errorf("the gate server's Deployment lacks %q:\n%s", want, deploy)
 		}
 	}
-	if s := binding.Subjects[0]; s.Name != "draingate" || s.Namespace != "lab-0-draingate-sys-1" || binding.RoleRef.Name != role.Name {
-		t.Errorf("binding %+v", binding)
+	d := deployment(3, Strategy{Name: "draingate", Gate: true}, sc)
+	if d.Spec.Template.Spec.Containers[0].Lifecycle != nil || len(d.Spec.Template.Spec.InitContainers) != 0 {
+		t.Errorf("the draingate strategy's Deployment has a hand-written hook: injection adds it")
 	}
 }

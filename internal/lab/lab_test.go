@@ -35,7 +35,7 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	sc := Scenarios["alb"].Scaled(scale)
 	long := Strategy{Name: "sleep:long", Sleep: sc.MaxRouteDelay() + 3*time.Second}
 	gate := Strategy{Name: "draingate", Gate: true}
-	rep, err := Run(ctx, Env{Config: c.Config, Client: c.Client, HostIP: testenv.HostIP}, Options{
+	rep, err := Run(ctx, Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP}, Options{
 		Scenario: sc, TimeScale: scale, Replicas: 3, Rollouts: 1, RPS: 40, Seed: 7,
 		Strategies: []Strategy{{Name: "none"}, long, gate}, Progress: os.Stderr,
 	})

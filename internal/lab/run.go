@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/sim/dataplane"
 	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
@@ -49,7 +50,10 @@ type Options struct {
 type Env struct {
 	Config *rest.Config
 	Client kubernetes.Interface
-	HostIP string // empty: the emulator listens on 127.0.0.1, out of the pods' reach
+	// Kubeconfig is the admin kubeconfig's path; the draingate strategy
+	// installs the chart with it (the Helm library reads a file).
+	Kubeconfig string
+	HostIP     string // empty: the emulator listens on 127.0.0.1, out of the pods' reach
 }
 
 // Run measures every strategy in turn and returns the report.
@@ -131,9 +135,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 
 	// A run-unique name: an earlier run's namespace may still be terminating.
 	ns := fmt.Sprintf("lab-%d-%s-%d", idx, strings.NewReplacer(":", "-", ".", "-").Replace(st.Name), r.start.Unix()%100000)
-	// Gate strategies: the server's own namespace, ServiceAccount and
-	// cluster-wide RBAC, all run-unique and deleted when the strategy ends.
+	// Gate strategies: draingate installed with its chart in its own
+	// run-unique namespace, uninstalled when the strategy ends; the app's
+	// namespace is labelled for injection.
 	var gate *gateSetup
+	var nsLabels map[string]string
 	if st.Gate {
 		gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
 		r.progress(st, "setup: gate server in namespace %s", gns)
@@ -143,13 +149,14 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 			return res, err
 		}
 		gate = g
+		nsLabels = map[string]string{inject.LabelInject: inject.Enabled}
 		t := g.Timings
 		r.progress(st, "gate server ready; agent max-wait %s, fallback %s", g.MaxWait, g.Fallback)
 		r.notes = append(r.notes, fmt.Sprintf("%s: gate server in namespace %s, tails endpointslice %s, alb %s, nlb %s, poll %s; agent max-wait %s, fallback %s",
 			st.Name, gns, t.EndpointSlice, t.ALB, t.NLB, t.Poll, g.MaxWait, g.Fallback))
 	}
 	cl := r.env.Client
-	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
 	defer func() {
@@ -211,12 +218,17 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	if _, err := r.dyn.Resource(lbc.GVR).Namespace(ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
-	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, deployment(int32(r.o.Replicas), st, sc, gate), metav1.CreateOptions{}); err != nil {
+	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, deployment(int32(r.o.Replicas), st, sc), metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
 	readyBy := 3*time.Minute + time.Duration(r.o.Replicas)*(sc.MaxRouteDelay()+time.Duration(sc.HealthyThreshold+1)*sc.HealthCheckInterval)
 	if err := r.waitRollout(ctx, ns, readyBy); err != nil {
 		return res, err
+	}
+	if gate != nil {
+		if err := injected(ctx, cl, ns); err != nil {
+			return res, err
+		}
 	}
 	wctx, wcancel := context.WithTimeout(ctx, readyBy)
 	err = dp.WaitInRotation(wctx, r.o.Replicas)
@@ -244,6 +256,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		}
 		if err := r.waitRollout(ctx, ns, readyBy); err != nil {
 			return res, err
+		}
+		if gate != nil {
+			if err := injected(ctx, cl, ns); err != nil {
+				return res, err
+			}
 		}
 	}
 	r.progress(st, "rollouts done; waiting for old pods to exit and leave the data plane")
@@ -383,4 +400,21 @@ func ScaleStrategies(sts []Strategy, f float64) []Strategy {
 		}
 	}
 	return out
+}
+
+// injected checks that draingate's webhook gave every running pod of ns the
+// agent: a pod admitted while the webhook failed open would measure the
+// strategy none under the name draingate.
+func injected(ctx context.Context, cl kubernetes.Interface, ns string) error {
+	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Annotations[inject.AnnotationInjected] == "" {
+			return fmt.Errorf("pod %s/%s was not injected with the agent (no %s annotation): the webhook failed open or refused it; see the API server log and the pod's events",
+				ns, p.Name, inject.AnnotationInjected)
+		}
+	}
+	return nil
 }

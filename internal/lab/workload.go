@@ -29,9 +29,10 @@ const (
 func sleepSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // deployment is the lab's app under one strategy: maxSurge 1,
-// maxUnavailable 0, the load balancer controller's readiness gate. gate is
-// the running gate server for a Gate strategy, else nil.
-func deployment(replicas int32, st Strategy, sc Scenario, gate *gateSetup) *appsv1.Deployment {
+// maxUnavailable 0, the load balancer controller's readiness gate. Under
+// the draingate strategy the pods are plain: draingate's webhook injects
+// the agent because their namespace is labelled for it.
+func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
 	labels := map[string]string{"app": appName}
 	c := corev1.Container{
 		Name:            "app",
@@ -50,7 +51,7 @@ func deployment(replicas int32, st Strategy, sc Scenario, gate *gateSetup) *apps
 		graceSeconds += sleepSeconds(st.Sleep)
 	}
 	maxSurge, maxUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
-	d := &appsv1.Deployment{
+	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: appName},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
@@ -69,10 +70,6 @@ func deployment(replicas int32, st Strategy, sc Scenario, gate *gateSetup) *apps
 			},
 		},
 	}
-	if st.Gate && gate != nil {
-		withAgent(&d.Spec.Template.Spec, gate)
-	}
-	return d
 }
 
 func service() *corev1.Service {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,6 +199,9 @@ func New(o Options) (*Server, error) {
 			return nil, errors.New("server: the webhook needs a listener and certificates")
 		}
 		w.Certs.Client, w.Certs.Log = cs, o.Log
+		if w.Settings.ImageVolume && !imageVolumesByDefault(cs.Discovery(), o.Log) {
+			w.Settings.ImageVolume = false
+		}
 	}
 	if o.ELBv2 != nil {
 		pc := o.Poller
@@ -329,8 +333,22 @@ func (s *Server) shutdown() {
 }
 
 // ready is /readyz: the caches hold pods and slices (and
-// TargetGroupBindings, once their CRD was found).
+// TargetGroupBindings, once their CRD was found), and the webhook, when on,
+// has a certificate the API server trusts.
 func (s *Server) ready() error {
+	if err := s.cachesReady(); err != nil {
+		return err
+	}
+	// The webhook shares the Service: a replica whose certificate the API
+	// server cannot trust yet must not take its calls.
+	if w := s.o.Webhook; w != nil && !w.Certs.Ready() {
+		return errors.New("the webhook certificate is not in place yet")
+	}
+	return nil
+}
+
+// cachesReady says whether the gate can answer.
+func (s *Server) cachesReady() error {
 	if !s.synced.Load() {
 		return errors.New("the pod and EndpointSlice caches have not synced yet")
 	}
@@ -456,4 +474,23 @@ func backoffLoop(ctx context.Context, f func() error) {
 		case <-time.After(d):
 		}
 	}
+}
+
+// imageVolumesByDefault reports whether the API server is 1.35 or newer,
+// where image volumes are on by default; otherwise the injector copies the
+// agent with an init container, and the log says why.
+func imageVolumesByDefault(d discovery.DiscoveryInterface, log *slog.Logger) bool {
+	v, err := d.ServerVersion()
+	if err != nil {
+		log.Warn("cannot read the API server's version: injecting the agent with an init container, not an image volume", "err", err)
+		return false
+	}
+	var major, minor int
+	fmt.Sscanf(v.Major, "%d", &major)
+	fmt.Sscanf(strings.TrimSuffix(v.Minor, "+"), "%d", &minor)
+	if major > 1 || major == 1 && minor >= 35 {
+		return true
+	}
+	log.Warn("image volumes are on by default from Kubernetes 1.35; this API server is older: injecting the agent with an init container instead", "version", v.GitVersion)
+	return false
 }

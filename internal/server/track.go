@@ -32,7 +32,7 @@ const (
 // waiting (its target groups get polled), observes its routes and asks
 // gate.Decide.
 func (s *Server) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, error) {
-	if err := s.ready(); err != nil {
+	if err := s.cachesReady(); err != nil {
 		return api.Verdict{}, err
 	}
 	pod, err := s.pod(ctx, req.Namespace, req.Pod)

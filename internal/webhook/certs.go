@@ -73,6 +73,7 @@ type Certs struct {
 	Now        func() time.Time
 
 	current atomic.Pointer[tls.Certificate]
+	synced  atomic.Bool
 }
 
 // GetCertificate is for tls.Config: the current serving certificate.
@@ -83,8 +84,10 @@ func (c *Certs) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return nil, errors.New("the webhook has no serving certificate yet")
 }
 
-// Ready reports whether a serving certificate is loaded.
-func (c *Certs) Ready() bool { return c.current.Load() != nil }
+// Ready reports whether a Sync has succeeded: a serving certificate is
+// loaded and (unless External) the caBundle trusts it. Until then the API
+// server cannot call the webhook, so the server does not report ready.
+func (c *Certs) Ready() bool { return c.synced.Load() }
 
 // Run calls Sync every CheckEvery until ctx ends; failures are logged and
 // retried at the next check (the old certificate serves meanwhile).
@@ -127,6 +130,9 @@ func (c *Certs) now() time.Time {
 func (c *Certs) Sync(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		err := c.syncOnce(ctx)
+		if err == nil {
+			c.synced.Store(true)
+		}
 		if err == nil || attempt == 3 || !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) {
 			return err
 		}

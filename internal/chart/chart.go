@@ -1,0 +1,115 @@
+// Package chart installs draingate's embedded Helm chart (deploy/helm) with
+// the Helm Go library: no helm binary, no chart repository.
+package chart
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strings"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/loader/archive"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	"helm.sh/helm/v4/pkg/kube"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"draingate.dev/draingate/deploy/helm"
+)
+
+// Load reads the embedded chart.
+func Load() (*chartv2.Chart, error) {
+	var files []*archive.BufferedFile
+	err := fs.WalkDir(helm.FS, "draingate", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(helm.FS, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, &archive.BufferedFile{Name: strings.TrimPrefix(p, "draingate/"), Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the embedded chart: %w", err)
+	}
+	return loader.LoadFiles(files)
+}
+
+// Release is an installed release of the chart.
+type Release struct {
+	Name, Namespace string
+	cfg             *action.Configuration
+}
+
+// Install installs the chart as release name in namespace (created if
+// missing) with values, and waits until its workloads are ready or timeout
+// passes. On failure it uninstalls what it installed.
+func Install(ctx context.Context, kubeconfig, namespace, name string, values map[string]any, timeout time.Duration, log *slog.Logger) (*Release, error) {
+	ch, err := Load()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := configuration(kubeconfig, namespace, log)
+	if err != nil {
+		return nil, err
+	}
+	in := action.NewInstall(cfg)
+	in.Namespace, in.ReleaseName = namespace, name
+	in.CreateNamespace = true
+	in.WaitStrategy = kube.StatusWatcherStrategy
+	in.Timeout = timeout
+	in.RollbackOnFailure = true // uninstall on failure: nothing half-installed stays
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
+		return nil, fmt.Errorf("helm install %s into %s: %w", name, namespace, err)
+	}
+	return &Release{Name: name, Namespace: namespace, cfg: cfg}, nil
+}
+
+// Uninstall removes the release and waits for its objects to go.
+func (r *Release) Uninstall(timeout time.Duration) error {
+	un := action.NewUninstall(r.cfg)
+	un.IgnoreNotFound = true
+	un.WaitStrategy = kube.StatusWatcherStrategy
+	un.Timeout = timeout
+	if _, err := un.Run(r.Name); err != nil {
+		return fmt.Errorf("helm uninstall %s: %w", r.Name, err)
+	}
+	return nil
+}
+
+func configuration(kubeconfig, namespace string, log *slog.Logger) (*action.Configuration, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig = &kubeconfig
+	flags.Namespace = &namespace
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(log.Handler()))
+	if err := cfg.Init(flags, namespace, "secret"); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
+}
+
+// Render renders the embedded chart as release name in namespace with
+// values, offline, and returns the manifests by template file name. Strict:
+// a template reading a value values.yaml lacks fails.
+func Render(namespace, name string, values map[string]any) (map[string]string, error) {
+	ch, err := Load()
+	if err != nil {
+		return nil, err
+	}
+	top, err := util.ToRenderValues(ch, values, common.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true, Revision: 1}, common.DefaultCapabilities.Copy())
+	if err != nil {
+		return nil, err
+	}
+	return engine.Engine{Strict: true}.Render(ch, top)
+}

@@ -1,0 +1,225 @@
+package chart
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// Images the tests build offline and load; the chart's values point at them.
+const (
+	serverImage = "draingate.local/draingate"
+	agentImage  = "draingate.local/draingate-prestop"
+	imageTag    = "1"
+)
+
+func loadImages(t *testing.T, ctx context.Context, c *testenv.Cluster) {
+	t.Helper()
+	for ref, pkg := range map[string]string{
+		serverImage + ":" + imageTag: "./cmd/draingate",
+		agentImage + ":" + imageTag:  "./cmd/draingate-prestop",
+		testenv.TestAppImage:         "./internal/testenv/cmd/testapp",
+	} {
+		if err := c.LoadGoImage(ctx, ref, pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restricted makes a pod spec pass Pod Security `restricted`.
+func restricted(spec *corev1.PodSpec) {
+	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	for i := range spec.Containers {
+		spec.Containers[i].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	}
+}
+
+// TestChartInstallsAndInjects installs the chart with the Helm Go library,
+// then: a Deployment in a namespace labelled for injection (and enforcing
+// Pod Security `restricted`) gets mutated pods; deleting one runs the agent
+// inside the app container, which waits for the gate's release, and then
+// the original exec hook (its log line is the side effect); with the gate
+// server scaled to zero, pods are still created, unmutated, and the API
+// server counts the webhook's fail-open.
+func TestChartInstallsAndInjects(t *testing.T) {
+	c := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	loadImages(t, ctx, c)
+	sys := c.Namespace(t)
+	release := "draingate-" + sys[len(sys)-6:]
+	rel, err := Install(ctx, c.Kubeconfig, sys, release, map[string]any{
+		"replicaCount": 1,
+		"targetGroups": false,
+		"image":        map[string]any{"repository": serverImage, "tag": imageTag, "pullPolicy": "Never"},
+		"tails":        map[string]any{"endpointSlice": "1s"},
+		"agent": map[string]any{"image": map[string]any{"repository": agentImage, "tag": imageTag},
+			"maxWait": "60s", "fallback": "5s", "shutdownBudget": "10s"},
+	}, 3*time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := rel.Uninstall(2 * time.Minute); err != nil {
+			t.Errorf("uninstall: %v", err)
+		}
+	}()
+
+	app := "app-" + sys[len(sys)-6:]
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: app, Labels: map[string]string{
+		inject.LabelInject: inject.Enabled, "pod-security.kubernetes.io/enforce": "restricted",
+	}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Client.CoreV1().Namespaces().Delete(context.Background(), app, metav1.DeleteOptions{})
+
+	labels := map[string]string{"app": "web"}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{"/bin/testapp", "hook", "-sleep", "0s"}}}},
+	}}}
+	restricted(&spec)
+	if _, err := c.Client.CoreV1().Services(app).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromString("http")}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.AppsV1().Deployments(app).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	waitFor(t, ctx, "two Ready pods", func() bool {
+		l, err := c.Client.CoreV1().Pods(app).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		pods = nil
+		for _, p := range l.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					pods = append(pods, p)
+				}
+			}
+		}
+		return len(pods) == 2
+	})
+	victim := pods[0]
+	if victim.Annotations[inject.AnnotationInjected] == "" {
+		t.Fatalf("pod %s was not injected: annotations %v", victim.Name, victim.Annotations)
+	}
+	hook := victim.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+	if len(hook) == 0 || !strings.HasSuffix(hook[0], "/draingate-prestop") {
+		t.Fatalf("preStop of the injected pod is %q, want the agent", hook)
+	}
+	if g := ptr.Deref(victim.Spec.TerminationGracePeriodSeconds, 30); g < 70 {
+		t.Errorf("grace period %d s: want raised to fit max-wait 60 s and the shutdown budget 10 s", g)
+	}
+	t.Logf("injected preStop: %q", hook)
+
+	logs, err := c.Client.CoreV1().Pods(app).GetLogs(victim.Name, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	if err := c.Client.CoreV1().Pods(app).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	sc := bufio.NewScanner(logs)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "draingate-prestop: released"):
+			order = append(order, "released")
+			t.Log(line)
+		case strings.HasPrefix(line, "draingate-prestop: "):
+			t.Log(line)
+		case strings.HasPrefix(line, "hook-start "):
+			order = append(order, "original-hook")
+		case strings.HasPrefix(line, "sigterm "):
+			order = append(order, "sigterm")
+		}
+	}
+	if strings.Join(order, ",") != "released,original-hook,sigterm" {
+		t.Errorf("container log order %q: want the gate's release, then the original hook, then SIGTERM", order)
+	}
+
+	// The gate server down: pods are still created, unmutated.
+	deploy := release
+	scale, err := c.Client.AppsV1().Deployments(sys).GetScale(ctx, deploy, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 0
+	if _, err := c.Client.AppsV1().Deployments(sys).UpdateScale(ctx, deploy, scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "gate server pods gone", func() bool {
+		l, err := c.Client.CoreV1().Pods(sys).List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0
+	})
+	before := failOpen(t, ctx, c)
+	lone := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "while-down"}, Spec: *spec.DeepCopy()}
+	created, err := c.Client.CoreV1().Pods(app).Create(ctx, lone, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("with the gate server down, pod creation failed: %v", err)
+	}
+	if created.Annotations[inject.AnnotationInjected] != "" || len(created.Spec.InitContainers) != 0 {
+		t.Errorf("pod created while the webhook is down was mutated: %v", created.Annotations)
+	}
+	if after := failOpen(t, ctx, c); after <= before {
+		t.Errorf("apiserver_admission_webhook_fail_open_count for draingate went %v → %v: the fail-open is not visible", before, after)
+	}
+}
+
+// failOpen sums the API server's fail-open counter for draingate's webhooks.
+func failOpen(t *testing.T, ctx context.Context, c *testenv.Cluster) float64 {
+	t.Helper()
+	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_admission_webhook_fail_open_count{") && strings.Contains(line, "pods.draingate.dev") {
+			var v float64
+			fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v)
+			sum += v
+		}
+	}
+	return sum
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
