@@ -18,9 +18,14 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	"helm.sh/helm/v4/pkg/kube"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/deploy/helm"
+	"draingate.dev/draingate/internal/inject"
 )
 
 // Load reads the embedded chart.
@@ -112,4 +117,41 @@ func Render(namespace, name string, values map[string]any) (map[string]string, e
 		return nil, err
 	}
 	return engine.Engine{Strict: true}.Render(ch, top)
+}
+
+// WaitInjecting waits until pods created in ns (a namespace labelled for
+// injection) come out of admission with the agent, proven by server-side
+// dry-run creates of a probe pod. A ready gate server is not enough: until
+// kube-proxy has programmed the webhook Service's endpoint, the API server
+// cannot reach it and admits pods unchanged (failurePolicy Ignore).
+func WaitInjecting(ctx context.Context, cl kubernetes.Interface, ns string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "draingate-probe-"},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "probe", Image: "draingate.local/probe:1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
+	}
+	var last error
+	for {
+		p, err := cl.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err != nil:
+			last = err
+		case p.Annotations[inject.AnnotationInjected] != "":
+			return nil
+		default:
+			last = fmt.Errorf("a dry-run pod in %s came back without the agent", ns)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("draingate's webhook does not inject pods in %s yet: %v", ns, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

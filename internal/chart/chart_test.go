@@ -89,6 +89,9 @@ func TestChartInstallsAndInjects(t *testing.T) {
 	}
 	defer c.Client.CoreV1().Namespaces().Delete(context.Background(), app, metav1.DeleteOptions{})
 
+	if err := WaitInjecting(ctx, c.Client, app, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	labels := map[string]string{"app": "web"}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{
 		Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},

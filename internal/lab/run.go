@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"draingate.dev/draingate/internal/chart"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/sim/dataplane"
@@ -168,6 +169,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		return err == nil
 	}); err != nil {
 		return res, fmt.Errorf("namespace %s never got its default ServiceAccount", ns)
+	}
+	if gate != nil {
+		if err := chart.WaitInjecting(ctx, cl, ns, gateReadyBy); err != nil {
+			return res, err
+		}
 	}
 
 	// The target group, and the data plane that learns from it.
