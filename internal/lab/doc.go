@@ -8,17 +8,17 @@
 // the data plane stopped sending a pod new requests.
 //
 // Strategies: "none" (no preStop hook), "sleep:DURATION" (the native preStop
-// sleep action) and "draingate": a gate server (ServerImage, cmd/draingate)
-// in a run-unique namespace of its own, with a ServiceAccount and a
-// ClusterRole to read the cluster, reaching the ELBv2 emulator on the
-// bridge address (Env.HostIP), with its tails (EndpointSlice 5 s, ALB 20 s,
-// NLB 180 s) and poll interval (2 s, at least 200 ms) scaled by the time
-// scale; and in every app pod the agent (AgentImage, cmd/draingate-prestop),
-// copied by an init container into an emptyDir, as the preStop hook that
-// holds SIGTERM until the gate releases the pod. Its max-wait covers the
-// scenario's worst case with a margin, and the grace period grows by it.
-// Everything a strategy creates, cluster-scoped objects included, is
-// deleted when it ends, also on an error or Ctrl-C.
+// sleep action) and "draingate": draingate installed as an operator would,
+// with its Helm chart (internal/chart) in a run-unique namespace of its own,
+// one replica reaching the ELBv2 emulator on the bridge address
+// (Env.HostIP), its tails (EndpointSlice 5 s, ALB 20 s, NLB 180 s) and poll
+// interval (2 s, at least 200 ms) scaled by the time scale; the app's
+// namespace is labelled draingate.dev/inject=enabled and its pods are plain:
+// the webhook injects the agent (AgentImage), with a max-wait covering the
+// scenario's worst case with a margin. The lab checks that every pod was
+// injected, so a webhook that failed open cannot pass for the gate. The
+// release, cluster-scoped objects included, is uninstalled when the strategy
+// ends, also on an error or Ctrl-C.
 //
 // It is the project's benchmark: every figure comes from a run, and a
 // strategy that cannot fail (a sleep longer than lag plus propagation) shows
