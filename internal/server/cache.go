@@ -27,6 +27,24 @@ const (
 // ports and hints, TargetGroupBindings' status and networking. On a big
 // cluster the pod cache is most of the server's memory.
 
+// transform is the cache's one transform: it picks by the object's type and
+// leaves any other object as it is.
+func transform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return transformPod(o)
+	case *discoveryv1.EndpointSlice:
+		return transformSlice(o)
+	case *unstructured.Unstructured:
+		if o.GroupVersionKind().GroupKind() == TargetGroupBindingGVK.GroupKind() {
+			return transformBinding(o)
+		}
+	case *metav1.PartialObjectMetadata:
+		return transformNamespace(o)
+	}
+	return obj, nil
+}
+
 func transformPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {

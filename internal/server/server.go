@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -125,9 +126,10 @@ type Server struct {
 	poller   *elbv2.Poller
 	metrics  *metrics
 
-	synced       atomic.Bool // pods and slices
-	bindingsOn   atomic.Bool // the TargetGroupBinding CRD was found
-	bindingsSync atomic.Bool // ... and its informer synced
+	synced        atomic.Bool // pods and slices
+	bindingsKnown atomic.Bool // discovery said whether the TargetGroupBinding CRD exists
+	bindingsOn    atomic.Bool // the TargetGroupBinding CRD was found
+	bindingsSync  atomic.Bool // ... and its informer synced
 
 	mu      sync.Mutex
 	closed  bool
@@ -172,11 +174,10 @@ func New(o Options) (*Server, error) {
 		// Reads of a type without an informer fail instead of starting one
 		// behind the server's back (the TargetGroupBinding CRD may be absent).
 		ReaderFailOnMissingInformer: true,
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                {Transform: transformPod},
-			&discoveryv1.EndpointSlice{}: {Transform: transformSlice},
-			bindingObject():              {Transform: transformBinding},
-		},
+		// One transform for every type, picking by the object's type: a
+		// ByObject entry for TargetGroupBindings would make cache.New look
+		// up their REST mapping, and fail, when the CRD is not installed.
+		DefaultTransform: transform,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: cache: %w", err)
@@ -281,7 +282,19 @@ func (s *Server) Run(ctx context.Context) error {
 		serve(s.o.Metrics, mux)
 	}
 
-	if !toolscache.WaitForCacheSync(ctx.Done(), podInf.HasSynced, sliceInf.HasSynced) {
+	syncCtx, syncDone := context.WithCancel(ctx)
+	go func() {
+		// A fatal error (the cache or a listener failing) ends the wait.
+		select {
+		case err := <-errc:
+			errc <- err
+			syncDone()
+		case <-syncCtx.Done():
+		}
+	}()
+	synced := toolscache.WaitForCacheSync(syncCtx.Done(), podInf.HasSynced, sliceInf.HasSynced)
+	syncDone()
+	if !synced {
 		return s.stop(ctx, errc, shutdown, servers)
 	}
 	s.synced.Store(true)
@@ -333,24 +346,22 @@ func (s *Server) shutdown() {
 }
 
 // ready is /readyz: the caches hold pods and slices (and
-// TargetGroupBindings, once their CRD was found), and the webhook, when on,
-// has a certificate the API server trusts.
+// TargetGroupBindings, once their CRD was found).
 func (s *Server) ready() error {
-	if err := s.cachesReady(); err != nil {
-		return err
-	}
-	// The webhook shares the Service: a replica whose certificate the API
-	// server cannot trust yet must not take its calls.
-	if w := s.o.Webhook; w != nil && !w.Certs.Ready() {
-		return errors.New("the webhook certificate is not in place yet")
-	}
-	return nil
+	// Not the webhook's certificate: a replica that cannot serve the
+	// webhook still answers agents, and an unready gate would send every
+	// agent to its fallback timer. Certificate trouble is logged and shows
+	// in draingate_webhook_certificate_ready; the webhook fails open.
+	return s.cachesReady()
 }
 
 // cachesReady says whether the gate can answer.
 func (s *Server) cachesReady() error {
 	if !s.synced.Load() {
 		return errors.New("the pod and EndpointSlice caches have not synced yet")
+	}
+	if s.poller != nil && !s.bindingsKnown.Load() {
+		return errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
 	}
 	if s.bindingsOn.Load() && !s.bindingsSync.Load() {
 		return errors.New("the TargetGroupBinding cache has not synced yet")
@@ -369,21 +380,22 @@ func (s *Server) watchBindings(ctx context.Context) {
 	gv := TargetGroupBindingGVK.GroupVersion().String()
 	said := false
 	for {
-		res, err := s.disc.ServerResourcesForGroupVersion(gv)
-		found := false
-		if err == nil {
-			for _, r := range res.APIResources {
-				if r.Kind == TargetGroupBindingGVK.Kind {
-					found = true
-				}
+		found, err := s.bindingsInstalled(gv)
+		switch {
+		case err != nil:
+			// Not knowing is not "absent": until discovery answers, the
+			// gate answers no verdicts (rule 1).
+			s.log.Error("cannot tell whether the TargetGroupBinding CRD is installed; not answering until discovery does", "err", err)
+		case found:
+		default:
+			s.bindingsKnown.Store(true)
+			if !said {
+				s.log.Warn("the TargetGroupBinding CRD (" + gv + ") is not installed: target-group routes are off until it appears")
+				said = true
 			}
 		}
 		if found {
 			break
-		}
-		if !said {
-			s.log.Warn("the TargetGroupBinding CRD (" + gv + ") is not installed: target-group routes are off until it appears")
-			said = true
 		}
 		select {
 		case <-ctx.Done():
@@ -392,6 +404,7 @@ func (s *Server) watchBindings(ctx context.Context) {
 		}
 	}
 	s.bindingsOn.Store(true)
+	s.bindingsKnown.Store(true)
 	inf, err := s.cache.GetInformer(ctx, bindingObject(), cache.BlockUntilSynced(false))
 	if err != nil {
 		s.log.Error("TargetGroupBinding informer", "err", err)
@@ -409,6 +422,25 @@ func (s *Server) watchBindings(ctx context.Context) {
 	s.namespaceChanged("")
 }
 
+// bindingsInstalled asks discovery whether gv serves TargetGroupBindings. A
+// group version that is not served at all is "not installed", any other
+// error is an error.
+func (s *Server) bindingsInstalled(gv string) (bool, error) {
+	res, err := s.disc.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range res.APIResources {
+		if r.Kind == TargetGroupBindingGVK.Kind {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // janitor stops polling target groups for pods whose agents stopped asking,
 // and forgets pods that are no longer in the cache.
 func (s *Server) janitor(ctx context.Context) {
@@ -424,6 +456,11 @@ func (s *Server) janitor(ctx context.Context) {
 		var closing []*elbv2.Waiter
 		s.mu.Lock()
 		for key, st := range s.pods {
+			if !s.podCachedLocked(st) {
+				// The delete event raced a verdict that re-made the state.
+				s.dropLocked(key)
+				continue
+			}
 			if len(s.subs[key]) > 0 || st.asked.IsZero() || now.Sub(st.asked) < s.o.Linger {
 				continue
 			}

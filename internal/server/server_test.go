@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -51,12 +53,12 @@ type fixture struct {
 	target elbv2sim.Target
 }
 
-func newFixture(t *testing.T, ctx context.Context) *fixture {
+// newFixture builds the fixture; beforeCRD, when set, runs once the
+// emulator and its client exist and before the TargetGroupBinding CRD is
+// installed.
+func newFixture(t *testing.T, ctx context.Context, beforeCRD ...func(*fixture)) *fixture {
 	c := testenv.Get(t)
 	f := &fixture{t: t, c: c, ns: c.Namespace(t)}
-	if err := lbc.InstallCRD(ctx, c.Config); err != nil {
-		t.Fatal(err)
-	}
 	f.emu = elbv2sim.New(elbv2sim.Config{})
 	t.Cleanup(func() { f.emu.Close() })
 	url, err := f.emu.Listen("127.0.0.1:0")
@@ -67,6 +69,12 @@ func newFixture(t *testing.T, ctx context.Context) *fixture {
 	t.Cleanup(hc.CloseIdleConnections)
 	f.elb = elasticloadbalancingv2.New(elasticloadbalancingv2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc})
+	for _, b := range beforeCRD {
+		b(f)
+	}
+	if err := lbc.InstallCRD(ctx, c.Config); err != nil {
+		t.Fatal(err)
+	}
 	f.arn, err = f.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
 		Name: "web", LoadBalancerType: elbv2sim.Application, Port: 8080, TargetType: "ip",
 		HealthCheckPath: "/", HealthCheckInterval: 300 * time.Millisecond, DeregistrationDelay: 10 * time.Minute,
@@ -165,19 +173,24 @@ type running struct {
 }
 
 func (f *fixture) serve(ctx context.Context) *running {
+	return f.serveWith(ctx, Options{})
+}
+
+// serveWith starts a server with the fixture's cluster, client and test
+// settings on top of o.
+func (f *fixture) serveWith(ctx context.Context, o Options) *running {
 	t := f.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(Options{
-		Kube: f.c.Config, ELBv2: f.elb,
-		Poller:   elbv2.Config{Rate: 20, Burst: 5, Interval: 200 * time.Millisecond},
-		Tails:    testTails,
-		Listener: ln, Registry: reg,
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-	})
+	o.Kube, o.ELBv2 = f.c.Config, f.elb
+	o.Poller = elbv2.Config{Rate: 20, Burst: 5, Interval: 200 * time.Millisecond}
+	o.Tails = testTails
+	o.Listener, o.Registry = ln, reg
+	o.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,8 +220,20 @@ func (f *fixture) serve(ctx context.Context) *running {
 	return r
 }
 
-// ask asks the wait API about the fixture's pod.
+// ask asks the wait API about the fixture's pod; anything but a 200 fails
+// the test.
 func (f *fixture) ask(ctx context.Context, r *running, wait time.Duration) api.Verdict {
+	f.t.Helper()
+	v, status, body := f.tryAsk(ctx, r, wait)
+	if status != http.StatusOK {
+		f.t.Fatalf("wait API answered %d: %s", status, body)
+	}
+	return v
+}
+
+// tryAsk asks the wait API and returns the verdict (on a 200), the status
+// and the body.
+func (f *fixture) tryAsk(ctx context.Context, r *running, wait time.Duration) (api.Verdict, int, []byte) {
 	f.t.Helper()
 	req := api.DrainRequest{Namespace: f.ns, Pod: "web", UID: string(f.pod.UID), Wait: wait}
 	hreq, _ := http.NewRequestWithContext(ctx, http.MethodGet, req.URL(r.url), nil)
@@ -218,14 +243,13 @@ func (f *fixture) ask(ctx context.Context, r *running, wait time.Duration) api.V
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		f.t.Fatalf("wait API answered %d: %s", resp.StatusCode, body)
-	}
 	var v api.Verdict
-	if err := json.Unmarshal(body, &v); err != nil {
-		f.t.Fatal(err)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, &v); err != nil {
+			f.t.Fatal(err)
+		}
 	}
-	return v
+	return v, resp.StatusCode, body
 }
 
 func (f *fixture) deletePod(ctx context.Context) {
@@ -484,4 +508,49 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestTargetGroupCRDAppearsLater: with the TargetGroupBinding CRD absent
+// the server starts and answers (EndpointSlices only); once the CRD is
+// installed it picks it up, and a pod behind a binding waits for its
+// target group.
+func TestTargetGroupCRDAppearsLater(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var r *running
+	f := newFixture(t, ctx, func(f *fixture) {
+		removeCRD(t, ctx, f.c)
+		r = f.serveWith(ctx, Options{CRDInterval: 300 * time.Millisecond})
+	})
+	f.deletePod(ctx)
+	group := "targetgroup " + f.arn
+	waitFor(t, ctx, "the target group route in the verdict", func() bool {
+		// 503 while the new TargetGroupBinding cache syncs: ask again.
+		v, status, _ := f.tryAsk(ctx, r, 0)
+		if status != http.StatusOK {
+			return false
+		}
+		if v.Released {
+			t.Fatalf("released with the target still healthy: %s", v.Message)
+		}
+		return routeStates(v)[group].State == gate.TargetHealthy
+	})
+}
+
+// removeCRD deletes the TargetGroupBinding CRD and waits until the API no
+// longer serves it.
+func removeCRD(t *testing.T, ctx context.Context, c *testenv.Cluster) {
+	t.Helper()
+	cl, err := apiextensions.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := lbc.CRD().Name
+	if err := cl.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the TargetGroupBinding CRD gone", func() bool {
+		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(TargetGroupBindingGVK.GroupVersion().String())
+		return apierrors.IsNotFound(err)
+	})
 }

@@ -53,7 +53,10 @@ func (s *Server) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict
 	}
 	st := s.stateLocked(pod, now)
 	st.asked = now
-	v, obs := s.decideLocked(ctx, pod, st, now)
+	v, obs, err := s.decideLocked(ctx, pod, st, now)
+	if err != nil {
+		return api.Verdict{}, err
+	}
 	if !st.startNoted {
 		st.startNoted = true
 		s.recorder.Eventf(pod, corev1.EventTypeNormal, EventWaitStarted, "preStop wait started: %s", v.Message)
@@ -211,6 +214,8 @@ func (s *Server) refreshLocked(pod *corev1.Pod, st *podState) {
 	if !s.synced.Load() {
 		return
 	}
+	// An error here keeps the route memory as it was; the next event or
+	// the agent's next ask tries again.
 	s.decideLocked(context.Background(), pod, st, s.o.Now())
 }
 
@@ -226,8 +231,13 @@ func (s *Server) signalLocked(key string) {
 // decideLocked observes and decides, and sets the pod's timer for the next
 // time the verdict can change by the clock alone (a tail's end, the
 // deadline).
-func (s *Server) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time) (api.Verdict, []gate.RouteObservation) {
-	obs := s.observeLocked(ctx, pod, st, now)
+func (s *Server) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time) (api.Verdict, []gate.RouteObservation, error) {
+	obs, err := s.observeLocked(ctx, pod, st, now)
+	if err != nil {
+		// A route the cache could not be asked about may be missing from
+		// obs: no verdict rather than one that forgets it (rule 1).
+		return api.Verdict{}, nil, err
+	}
 	gp := gate.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
 		Terminating: true, TerminatingSince: st.terminatingSince}
 	if pod.DeletionTimestamp != nil {
@@ -263,12 +273,13 @@ func (s *Server) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState
 			}
 		})
 	}
-	return v, obs
+	return v, obs, nil
 }
 
 // observeLocked gathers one observation per route of the pod and records
-// when each owner first took it out.
-func (s *Server) observeLocked(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time) []gate.RouteObservation {
+// when each owner first took it out. A failed cache read is an error, and
+// changes no memory.
+func (s *Server) observeLocked(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time) ([]gate.RouteObservation, error) {
 	ips := podIPs(pod)
 	var out []gate.RouteObservation
 
@@ -277,7 +288,7 @@ func (s *Server) observeLocked(ctx context.Context, pod *corev1.Pod, st *podStat
 	for _, ip := range ips {
 		var list discoveryv1.EndpointSliceList
 		if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{addressIndex: ip}, client.UnsafeDisableDeepCopy); err != nil {
-			continue // the route memory below keeps known routes open
+			return nil, fmt.Errorf("list EndpointSlices from the cache: %w", err)
 		}
 		for i := range list.Items {
 			sl := &list.Items[i]
@@ -312,18 +323,22 @@ func (s *Server) observeLocked(ctx context.Context, pod *corev1.Pod, st *podStat
 	}
 
 	// Target groups of `ip` TargetGroupBindings whose Service lists the pod.
+	// A binding without targetType (the controller's webhook normally fills
+	// it in) counts as `ip`: waiting for a group that never held the pod
+	// costs time, missing one that does costs requests.
 	if s.bindingsSync.Load() {
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(targetGroupBindingListGVK)
-		if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err == nil {
-			for i := range list.Items {
-				b := bindingFrom(&list.Items[i])
-				if b.TargetType != "ip" || b.ARN == "" {
-					continue
-				}
-				if _, listed := current[pod.Namespace+"/"+b.Service]; listed && st.groups[b.ARN] == nil {
-					st.groups[b.ARN] = &groupMem{}
-				}
+		if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+		}
+		for i := range list.Items {
+			b := bindingFrom(&list.Items[i])
+			if b.TargetType == "instance" || b.ARN == "" {
+				continue
+			}
+			if _, listed := current[pod.Namespace+"/"+b.Service]; listed && st.groups[b.ARN] == nil {
+				st.groups[b.ARN] = &groupMem{}
 			}
 		}
 	}
@@ -345,7 +360,7 @@ func (s *Server) observeLocked(ctx context.Context, pod *corev1.Pod, st *podStat
 		}
 		out = append(out, s.remember(now, o, &g.routeMem))
 	}
-	return out
+	return out, nil
 }
 
 // remember records when the owner first took the pod out, or forgets it if
@@ -386,6 +401,12 @@ func (s *Server) lookupTypeLocked(arn string) {
 	s.lookups[arn] = struct{}{}
 	ctx := s.runCtx
 	go backoffLoop(ctx, func() error {
+		if !s.groupInUse(arn) {
+			s.mu.Lock()
+			delete(s.lookups, arn)
+			s.mu.Unlock()
+			return nil // nobody waits on it any more; the next waiter asks again
+		}
 		t, err := s.poller.LoadBalancerType(ctx, arn)
 		if err != nil {
 			s.log.Warn("cannot read the load balancer type of a target group; it takes the NLB tail until known", "arn", arn, "err", err)
@@ -402,6 +423,30 @@ func (s *Server) lookupTypeLocked(arn string) {
 		}
 		return nil
 	})
+}
+
+// groupInUse reports whether a waiting pod has a route through arn.
+func (s *Server) groupInUse(arn string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.pods {
+		if g := st.groups[arn]; g != nil && g.waiter != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// podCachedLocked reports whether the pod of st is still in the cache
+// under the same UID.
+func (s *Server) podCachedLocked(st *podState) bool {
+	ns, name, _ := strings.Cut(st.key, "/")
+	pod := &corev1.Pod{}
+	err := s.cache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	return err != nil || string(pod.UID) == st.uid // on a read error, keep it
 }
 
 // serviceHasReadyEndpoint reports whether any slice of the Service lists a

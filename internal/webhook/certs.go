@@ -182,8 +182,17 @@ func (c *Certs) syncOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("Secret %s/%s: %w", c.Namespace, c.SecretName, err)
 	}
+	// Serve the new certificate only once the caBundle trusts it: a
+	// certificate the API server cannot verify is no better than none, and
+	// the one loaded before (if any) may still be trusted.
+	if err := c.syncBundle(ctx, data[KeyCACert]); err != nil {
+		if c.current.Load() == nil {
+			c.current.Store(&cert)
+		}
+		return err
+	}
 	c.current.Store(&cert)
-	return c.syncBundle(ctx, data[KeyCACert])
+	return nil
 }
 
 // syncBundle sets every webhook's caBundle in the configuration to bundle.
