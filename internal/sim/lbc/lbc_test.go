@@ -132,8 +132,11 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 	// throttled, retried by the SDK and requeued until it goes through.
 	inf := elbv2sim.BucketConfig{Capacity: math.Inf(1), RefillPerSecond: math.Inf(1)}
 	emu.SetThrottle(inf, elbv2sim.BucketConfig{Capacity: 1, RefillPerSecond: 0.25}, inf)
+	// The token goes on a documentation address (RFC 5737), never a pod's:
+	// a pod IP here once matched the victim's and looked like an early
+	// deregistration.
 	if _, err := elb.DeregisterTargets(ctx, &elbv2.DeregisterTargetsInput{TargetGroupArn: aws.String(arn),
-		Targets: []elbv2types.TargetDescription{{Id: aws.String("10.244.0.250"), Port: aws.Int32(8080)}}}); err != nil {
+		Targets: []elbv2types.TargetDescription{{Id: aws.String("192.0.2.10"), Port: aws.Int32(8080)}}}); err != nil {
 		t.Fatal(err)
 	}
 	victim := pods[0]
