@@ -51,19 +51,7 @@ func (p *Poller) LoadBalancerType(ctx context.Context, arn string) (string, erro
 	p.calls.Add(1)
 	out, err := api.DescribeTargetGroups(cctx, &elasticloadbalancingv2.DescribeTargetGroupsInput{TargetGroupArns: []string{arn}},
 		singleAttempt)
-	result := "ok"
-	switch {
-	case err == nil:
-	case isThrottle(err):
-		result = "throttled"
-		p.throttled.Add(1)
-		p.budget.slowDown()
-	default:
-		result = "error"
-	}
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics(DescribeTargetGroupsAction, result)
-	}
+	p.outcome(DescribeTargetGroupsAction, err)
 	if err != nil {
 		return "", fmt.Errorf("describe target group %s: %w", arn, err)
 	}

@@ -345,22 +345,11 @@ func (p *Poller) describe(outer context.Context, arn string) (map[Target]Health,
 	out, err := p.api.DescribeTargetHealth(ctx,
 		&elasticloadbalancingv2.DescribeTargetHealthInput{TargetGroupArn: aws.String(arn)},
 		singleAttempt)
-	result := "ok"
-	switch {
-	case err == nil:
-	case outer.Err() != nil:
+	if err != nil && outer.Err() != nil {
 		// The last waiter left mid-call: not a failure worth a metric.
 		return nil, err
-	case isThrottle(err):
-		result = "throttled"
-		p.throttled.Add(1)
-		p.budget.slowDown()
-	default:
-		result = "error"
 	}
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics(DescribeTargetHealthAction, result)
-	}
+	p.outcome(DescribeTargetHealthAction, err)
 	if err != nil {
 		return nil, fmt.Errorf("describe target health %s: %w", arn, err)
 	}
@@ -376,6 +365,24 @@ func (p *Poller) describe(outer context.Context, arn string) (map[Target]Health,
 		targets[Target{ID: aws.ToString(d.Target.Id), Port: aws.ToInt32(d.Target.Port)}] = h
 	}
 	return targets, nil
+}
+
+// outcome accounts for one finished call: a throttled one slows the shared
+// budget down, and the Metrics hook hears "ok", "throttled" or "error".
+func (p *Poller) outcome(action string, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+	case isThrottle(err):
+		result = "throttled"
+		p.throttled.Add(1)
+		p.budget.slowDown()
+	default:
+		result = "error"
+	}
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics(action, result)
+	}
 }
 
 // singleAttempt turns off the SDK's own retries for one call, whatever the
