@@ -1,8 +1,11 @@
 // Package elbv2 is draingate's target-health poller: it tells the gate which
-// targets each AWS target group lists, and in which state, so that the gate
-// can hold a terminating pod until its target is out of every target group.
+// targets each AWS target group lists, and in which state, and which type
+// of load balancer is in front of the group (read once per group with
+// DescribeTargetGroups, from the same budget), so that the gate can hold a
+// terminating pod until its target is out of every target group.
 //
-// AWS's Describe budget (10 calls/s, 40 burst per account and region) is
+// AWS's Describe budget (10 calls/s, 40 burst per account and region; see
+// docs/facts.md) is
 // shared with the AWS Load Balancer Controller, and a controller starved of
 // it deregisters late, which is the very race draingate exists to cover. So
 // the cost of polling grows with target groups, never with pods:

@@ -2,55 +2,65 @@ package elbv2
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 )
-
-// DescribeTargetGroupsAPI is the call LoadBalancerType makes;
-// *elasticloadbalancingv2.Client implements it.
-type DescribeTargetGroupsAPI interface {
-	DescribeTargetGroups(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error)
-}
 
 // DescribeTargetGroupsAction is the action name passed to Config.Metrics.
 const DescribeTargetGroupsAction = "DescribeTargetGroups"
 
-// Load balancer types as DescribeLoadBalancers names them.
+// Load balancer types as ELBv2 names them (DescribeLoadBalancers Type).
 const (
-	TypeApplication = "application"
-	TypeNetwork     = "network"
-	TypeGateway     = "gateway"
+	TypeApplication = string(types.LoadBalancerTypeEnumApplication)
+	TypeNetwork     = string(types.LoadBalancerTypeEnumNetwork)
+	TypeGateway     = string(types.LoadBalancerTypeEnumGateway)
 )
 
-// LoadBalancerType reads the type of the load balancer in front of the
-// target group arn ("application", "network" or "gateway") with one
-// DescribeTargetGroups call, taken from the same budget as the polls. The
-// answer is remembered for the Poller's life (a target group's protocol and
-// load balancer never change); a failure is not, so the caller may ask
-// again later. It fails when the API the Poller was made with has no
-// DescribeTargetGroups, or when the group has no load balancer yet.
-func (p *Poller) LoadBalancerType(ctx context.Context, arn string) (string, error) {
+// readType makes sure g's observations carry its load balancer's type:
+// from memory (a target group's load balancer never changes), or with one
+// DescribeTargetGroups call from the budget, after a good listing, and
+// again after a backoff when it fails. g's goroutine calls it.
+func (p *Poller) readType(ctx context.Context, g *group, now time.Time) {
 	p.mu.Lock()
-	t, ok := p.lbTypes[arn]
+	t, ok := p.lbTypes[g.arn]
 	p.mu.Unlock()
-	if ok {
-		return t, nil
-	}
-	api, ok := p.api.(DescribeTargetGroupsAPI)
 	if !ok {
-		return "", errors.New("the ELBv2 client cannot describe target groups")
+		if now.Before(g.typeRetry) || p.budget.take(ctx) != nil {
+			return
+		}
+		var err error
+		t, err = p.describeType(ctx, g.arn)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			g.typeFailures++
+			g.typeRetry = now.Add(backoff(g.typeFailures, p.cfg.BackoffMin, p.cfg.BackoffMax, rand.Float64()))
+			g.setType("", err)
+			return
+		}
+		p.mu.Lock()
+		p.lbTypes[g.arn] = t
+		p.mu.Unlock()
 	}
-	if err := p.budget.take(ctx); err != nil {
-		return "", err
-	}
+	g.setType(t, nil)
+}
+
+// describeType reads the type of the load balancer in front of arn.
+func (p *Poller) describeType(ctx context.Context, arn string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	p.calls.Add(1)
-	out, err := api.DescribeTargetGroups(cctx, &elasticloadbalancingv2.DescribeTargetGroupsInput{TargetGroupArns: []string{arn}},
+	out, err := p.api.DescribeTargetGroups(cctx, &elasticloadbalancingv2.DescribeTargetGroupsInput{TargetGroupArns: []string{arn}},
 		singleAttempt)
+	if err != nil && ctx.Err() != nil {
+		return "", err
+	}
 	p.outcome(DescribeTargetGroupsAction, err)
 	if err != nil {
 		return "", fmt.Errorf("describe target group %s: %w", arn, err)
@@ -59,16 +69,10 @@ func (p *Poller) LoadBalancerType(ctx context.Context, arn string) (string, erro
 		return "", fmt.Errorf("describe target group %s: %d groups in the answer, want 1", arn, len(out.TargetGroups))
 	}
 	tg := out.TargetGroups[0]
-	t = typeOf(tg.LoadBalancerArns, string(tg.Protocol))
+	t := typeOf(tg.LoadBalancerArns, string(tg.Protocol))
 	if t == "" {
 		return "", fmt.Errorf("target group %s has no load balancer whose type draingate can tell (protocol %q)", arn, tg.Protocol)
 	}
-	p.mu.Lock()
-	if p.lbTypes == nil {
-		p.lbTypes = map[string]string{}
-	}
-	p.lbTypes[arn] = t
-	p.mu.Unlock()
 	return t, nil
 }
 

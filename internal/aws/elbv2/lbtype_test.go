@@ -2,17 +2,22 @@ package elbv2
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
 	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
 )
 
+// The type of a group's load balancer comes with its observations, read
+// once per group from the budget, whatever the waiters come and go.
 func TestLoadBalancerType(t *testing.T) {
 	b := newBench(t)
-	var calls []string
-	p := New(b.client, Config{Rate: 100, Burst: 10, Metrics: func(action, result string) { calls = append(calls, action+" "+result) }})
+	var res results
+	p := New(b.client, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, Metrics: res.hook})
 	defer p.Close()
-	ctx := context.Background()
 	for _, c := range []struct {
 		lb   elbv2sim.LoadBalancerType
 		want string
@@ -21,23 +26,43 @@ func TestLoadBalancerType(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 2 {
-			got, err := p.LoadBalancerType(ctx, arn)
-			if err != nil || got != c.want {
-				t.Fatalf("LoadBalancerType(%s) = %q, %v; want %q", c.lb, got, err, c.want)
+		for range 2 { // a second incarnation of the group reads it from memory
+			w := p.Watch(arn)
+			waitFor(t, "the type of "+arn, func() bool { o, ok := w.Latest(); return ok && o.LoadBalancerType != "" })
+			if o, _ := w.Latest(); o.LoadBalancerType != c.want || o.TypeErr != nil {
+				t.Errorf("%s: type %q (%v), want %q", c.lb, o.LoadBalancerType, o.TypeErr, c.want)
 			}
+			w.Close()
 		}
 	}
-	// Two groups, each asked twice: the second answer comes from memory.
-	if len(calls) != 2 || calls[0] != "DescribeTargetGroups ok" {
-		t.Errorf("calls = %q, want two DescribeTargetGroups ok", calls)
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if n := res.n[DescribeTargetGroupsAction+" ok"]; n != 2 {
+		t.Errorf("%d DescribeTargetGroups calls, want one per group: %v", n, res.n)
 	}
-	if _, err := p.LoadBalancerType(ctx, "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/nope/0123456789abcdef"); err == nil {
-		t.Errorf("an unknown group has a type")
+}
+
+// A group whose type cannot be read still gets its listings, and says why
+// its type is unknown.
+func TestLoadBalancerTypeUnknown(t *testing.T) {
+	b := newBench(t)
+	var res results
+	p := New(onlyHealth{b.client}, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, BackoffMin: 10 * time.Millisecond, Metrics: res.hook})
+	defer p.Close()
+	arn := b.group(t, "typeless", time.Minute)
+	w := p.Watch(arn)
+	defer w.Close()
+	waitFor(t, "a type error", func() bool { o, ok := w.Latest(); return ok && o.TypeErr != nil })
+	if o, _ := w.Latest(); o.LoadBalancerType != "" || o.Err != nil {
+		t.Errorf("type %q, listing error %v; want no type and a good listing", o.LoadBalancerType, o.Err)
 	}
-	if n, _ := p.Stats(); n != 3 {
-		t.Errorf("Stats calls = %d, want 3", n)
-	}
+}
+
+// onlyHealth answers DescribeTargetGroups with an error.
+type onlyHealth struct{ API }
+
+func (onlyHealth) DescribeTargetGroups(context.Context, *elasticloadbalancingv2.DescribeTargetGroupsInput, ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error) {
+	return nil, errors.New("AccessDenied: not allowed to describe target groups")
 }
 
 func TestTypeOf(t *testing.T) {

@@ -15,10 +15,13 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// DescribeTargetHealthAPI is the one ELBv2 call the poller makes;
+// API is the two ELBv2 calls the poller makes, both from its one budget:
+// DescribeTargetHealth once per group per poll, and DescribeTargetGroups
+// once per group for its load balancer's type.
 // *elasticloadbalancingv2.Client implements it.
-type DescribeTargetHealthAPI interface {
+type API interface {
 	DescribeTargetHealth(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetHealthInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetHealthOutput, error)
+	DescribeTargetGroups(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error)
 }
 
 // Config sizes a Poller. Zero fields take the defaults given beside them.
@@ -40,7 +43,7 @@ type Config struct {
 	// that, and is never shorter than Interval.
 	BackoffMin, BackoffMax time.Duration
 
-	// Timeout bounds one DescribeTargetHealth call (default 10 s).
+	// Timeout bounds one call (default 10 s).
 	Timeout time.Duration
 
 	// Now stamps observations (default time.Now). The budget, intervals and
@@ -48,7 +51,7 @@ type Config struct {
 	Now func() time.Time
 
 	// Metrics, if set, is called once per call made, with action
-	// "DescribeTargetHealth" and result "ok", "throttled" or "error"; meant
+	// "DescribeTargetHealth" or "DescribeTargetGroups" and result "ok", "throttled" or "error"; meant
 	// for Prometheus counters. It must not block. A call cut short because
 	// its group's last waiter left is counted by Stats but not reported.
 	Metrics func(action, result string)
@@ -110,6 +113,12 @@ type Observation struct {
 	// included); nil after a good listing. Targets and At stay those of the
 	// last good listing, so a failure never changes what was observed.
 	Err error
+
+	// LoadBalancerType is the type of the group's load balancer
+	// ("application", "network", "gateway"), read once; "" until known,
+	// and TypeErr then says why when a read failed.
+	LoadBalancerType string
+	TypeErr          error
 }
 
 // ErrClosed is the Err a waiter reports once its Poller is closed.
@@ -122,7 +131,7 @@ const DescribeTargetHealthAction = "DescribeTargetHealth"
 // one DescribeTargetHealth per group per poll, under one rate budget. Create
 // it with New; its methods are safe for concurrent use.
 type Poller struct {
-	api    DescribeTargetHealthAPI
+	api    API
 	cfg    Config
 	budget *budget
 
@@ -132,12 +141,12 @@ type Poller struct {
 	closed  bool
 	groups  map[string]*group // ARN → group with waiters
 	retired map[string]*group // ARN → last group that lost its waiters
-	lbTypes map[string]string // ARN → load balancer type (LoadBalancerType)
+	lbTypes map[string]string // ARN → load balancer type, once read
 	wg      sync.WaitGroup
 }
 
 // New returns a Poller that makes no calls until something is watched.
-func New(api DescribeTargetHealthAPI, cfg Config) *Poller {
+func New(api API, cfg Config) *Poller {
 	cfg = cfg.withDefaults()
 	return &Poller{
 		api:     api,
@@ -145,6 +154,7 @@ func New(api DescribeTargetHealthAPI, cfg Config) *Poller {
 		budget:  newBudget(cfg.Rate, cfg.Burst, time.Now()),
 		groups:  map[string]*group{},
 		retired: map[string]*group{},
+		lbTypes: map[string]string{},
 	}
 }
 
@@ -157,6 +167,10 @@ type group struct {
 	// next is the earliest time the group may be polled again; owned by the
 	// goroutine, read by others only after done is closed.
 	next time.Time
+	// typeRetry and typeFailures pace reads of the load balancer's type
+	// after failures; owned by the goroutine.
+	typeRetry    time.Time
+	typeFailures int
 
 	mu      sync.Mutex
 	obs     Observation
@@ -292,8 +306,8 @@ func (p *Poller) Close() {
 	}
 }
 
-// Stats returns how many DescribeTargetHealth calls the poller has made
-// (every attempt, whatever its result) and how many of them were throttled.
+// Stats returns how many ELBv2 calls the poller has made (every attempt of
+// either action, whatever its result) and how many of them were throttled.
 func (p *Poller) Stats() (calls, throttled int) {
 	return int(p.calls.Load()), int(p.throttled.Load())
 }
@@ -328,6 +342,7 @@ func (p *Poller) run(ctx context.Context, g *group, prev *group) {
 		if err == nil {
 			failures = 0
 			g.publish(Observation{ARN: g.arn, At: p.cfg.Now(), Targets: targets}, true)
+			p.readType(ctx, g, started)
 			continue
 		}
 		failures++
@@ -418,7 +433,20 @@ func backoff(n int, lo, hi time.Duration, r float64) time.Duration {
 func (g *group) publish(obs Observation, good bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	obs.LoadBalancerType, obs.TypeErr = g.obs.LoadBalancerType, g.obs.TypeErr
 	g.obs, g.good = obs, good
+	g.signalLocked()
+}
+
+// setType records the load balancer's type, or why it is not known, and
+// tells the waiters when that changes.
+func (g *group) setType(t string, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.obs.LoadBalancerType == t && (g.obs.TypeErr == nil) == (err == nil) {
+		return
+	}
+	g.obs.LoadBalancerType, g.obs.TypeErr = t, err
 	g.signalLocked()
 }
 

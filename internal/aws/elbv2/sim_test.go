@@ -134,7 +134,7 @@ func withinBudget(tb testing.TB, calls int, cfg Config, elapsed time.Duration) {
 // countingAPI passes calls to the real client and records which target
 // group each was for, in order.
 type countingAPI struct {
-	api DescribeTargetHealthAPI
+	api API
 	mu  sync.Mutex
 	seq []string
 }
@@ -144,6 +144,10 @@ func (c *countingAPI) DescribeTargetHealth(ctx context.Context, in *elasticloadb
 	c.seq = append(c.seq, aws.ToString(in.TargetGroupArn))
 	c.mu.Unlock()
 	return c.api.DescribeTargetHealth(ctx, in, optFns...)
+}
+
+func (c *countingAPI) DescribeTargetGroups(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error) {
+	return c.api.DescribeTargetGroups(ctx, in, optFns...)
 }
 
 func (c *countingAPI) perGroup() (map[string]int, int) {
