@@ -1,27 +1,26 @@
 // Package gate decides, for one terminating pod, whether its preStop hook may
-// return: the verdict is a pure function of what the gate server observed
-// (the pod, and one RouteObservation per route that may still carry traffic
-// to it) and of the current time. It does no I/O and keeps no state; the
-// informers and the target-health poller gather the observations, record
-// when each route's owner first took the pod out (RouteObservation.OutSince),
-// and call Decide again whenever something changes or a tail may have ended.
+// return. Step is a pure function of the time, the pod, what the gate
+// remembered at the previous step (Memory) and one Observation per route
+// that may still carry traffic to the pod; it returns the verdict and the
+// memory to keep. It does no I/O: the route sources (internal/route/...)
+// make the observations, and the server stores the memory and calls Step
+// again whenever something changes or a tail may have ended (NextChange).
 //
-// A route is closed when its owner has taken the pod out (the endpoint is
-// gone or not ready; the target is draining, unused or absent after having
-// been registered or expected) and the route kind's propagation tail has
-// passed since then. The pod is released when every route is closed, when
-// there is no route at all, or when the pod's deadline comes; the verdict
-// says which, and lists every route with its state, so that it explains
-// itself (design rule 5).
+// A route is closed when its owner has taken the pod out (Observation.Out)
+// and the route's propagation tail (Observation.Tail) has passed since the
+// gate first saw it out (RouteMemory.OutSince). The pod is released when
+// every route is closed, when there is no route at all, or when the pod's
+// deadline comes; the verdict says which, and lists every route with its
+// state, so that it explains itself (design rule 5). The gate knows no
+// route kind: each source says what its owner's word means.
 //
 // What it must never do: release a pod early because something failed
 // (design rule 1). A route whose source has not synced yet is open; a route
 // whose last read failed keeps its last observed state and never closes
 // while the error stands, not even when its tail has passed: it closes after
-// a successful read confirms the pod is still out. Errors lengthen the wait,
-// up to the deadline, and nothing else. Anything the function does not
-// recognise (an unknown route kind, an unknown target state) keeps the route
-// open.
+// a successful read confirms the pod is still out. A remembered route that
+// no source reports is open. Errors lengthen the wait, up to the deadline,
+// and nothing else.
 //
 // The package imports only the standard library and the wire types in api.
 package gate

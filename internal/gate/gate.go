@@ -2,178 +2,139 @@ package gate
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"draingate.dev/draingate/api"
 )
 
-// Kind is the kind of a route. Its value is what api.Route.Kind carries.
-type Kind string
-
-const (
-	// KindEndpointSlice is an EndpointSlice that lists the pod; its consumers
-	// are kube-proxy on every node, ingress controllers and meshes. It also
-	// covers `instance` target groups, which reach the pod through kube-proxy.
-	KindEndpointSlice Kind = "endpointslice"
-	// KindTargetGroup is an `ip` target group that holds (or was expected to
-	// hold) the pod's IP, found through a TargetGroupBinding; its consumer is
-	// an AWS load balancer.
-	KindTargetGroup Kind = "targetgroup"
-)
-
-// Load balancer types, as ELBv2 names them (DescribeLoadBalancers Type).
-const (
-	LoadBalancerApplication = "application"
-	LoadBalancerNetwork     = "network"
-)
-
-// Tails are the propagation tails per route kind: how long the route's
-// consumers may still send new traffic after its owner took the pod out.
-// A zero tail closes a route as soon as its owner takes the pod out; a
-// negative one counts as zero.
-type Tails struct {
-	// EndpointSlice is for kube-proxy, ingress controllers and meshes to
-	// notice an endpoint change (about a second for kube-proxy, seconds for
-	// the others).
-	EndpointSlice time.Duration
-	// ALB is for an Application Load Balancer to stop sending new requests
-	// after its target shows `draining`: requests were seen ~17 s later.
-	ALB time.Duration
-	// NLB is for a Network Load Balancer (or one of unknown type) to stop
-	// opening new connections after deregistration: 2–5 minutes were seen.
-	NLB time.Duration
-}
-
-// DefaultTails returns the tails draingate uses unless configured otherwise:
-// EndpointSlice 5s, ALB 20s, NLB 180s (see FACTS.md, "The race").
-func DefaultTails() Tails {
-	return Tails{EndpointSlice: 5 * time.Second, ALB: 20 * time.Second, NLB: 180 * time.Second}
-}
-
 // Pod is what the gate knows about the pod it decides for.
 type Pod struct {
 	Namespace, Name, UID string
 	// Terminating is true once the pod has a deletionTimestamp.
 	Terminating bool
-	// TerminatingSince is when the server first saw the deletionTimestamp;
-	// the verdict's Waited counts from it.
-	TerminatingSince time.Time
-	// Deadline is when the pod is released whatever its routes say: the
-	// hook's start plus max-wait, capped so that the grace period still
-	// covers the rest of the shutdown. Zero means no deadline.
+	// Deadline is when the pod is released whatever its routes say: its
+	// deletionTimestamp less the app's shutdown reserve. Zero means no
+	// deadline.
 	Deadline time.Time
 }
 
-// RouteObservation is the latest observation of one route, as the informer
-// (EndpointSlice) or the target-health poller (target group) delivered it,
-// plus the one thing the caller must remember between observations:
-// OutSince.
-type RouteObservation struct {
-	Kind Kind
-	// Name names the route's owner, such as "default/web-x7k2p" for an
-	// EndpointSlice or a target group's ARN.
-	Name string
+// RouteKey names one route: its source's kind and the owner's name.
+type RouteKey struct{ Kind, Name string }
 
-	// Synced is true once the source has delivered at least one complete
-	// observation (the informer cache synced; the poller's first full
-	// listing came). Until then the route is open: the gate cannot know.
-	Synced bool
-	// Err is the last error reading the source, nil after a good read. The
-	// other fields stay those of the last good read. A route never closes
-	// while Err is set (see Decide).
-	Err error
-
-	// EndpointSlice fields. The caller maps the Kubernetes API's nil
-	// conditions: nil ready means ready, nil serving means the same as
-	// ready, nil terminating means false.
-
-	// Present is true when the slice lists an endpoint with the pod's IP.
-	Present bool
-	// Ready, Serving and Terminating are that endpoint's conditions.
-	Ready, Serving, Terminating bool
-	// ServingFallback is true when kube-proxy still sends to serving
-	// terminating endpoints of this slice's Service because no ready
-	// endpoint remains (the terminating-endpoints fallback, KEP-1669). The
-	// caller computes it from the Service's slices; while it holds, a
-	// serving terminating endpoint is not out.
-	ServingFallback bool
-
-	// Target group fields.
-
-	// LoadBalancer is the type of the load balancer in front of the target
-	// group: "application" or "network". Anything else (unknown, gateway)
-	// takes the NLB tail, the longer one: waiting too long costs time,
-	// waiting too short costs requests.
-	LoadBalancer string
-	// State is the target's TargetHealth.State as DescribeTargetHealth
-	// reported it, or "" when the target is absent from a full listing.
-	State string
-	// Reason is the target's TargetHealth.Reason, e.g.
-	// "Target.DeregistrationInProgress"; for the detail sentence only.
-	Reason string
-	// WasRegistered is true when the pod's target was seen registered, or
-	// was expected because the pod's IP was an endpoint of the
-	// TargetGroupBinding's Service before termination. A target that is
-	// `unused` or absent and was never registered nor expected is not a
-	// route: the load balancer never sent to it.
-	WasRegistered bool
-
-	// OutSince is when the owner was first observed to have taken the pod
-	// out (the endpoint gone or not ready; the target draining, unused or
-	// absent). The caller records it on the first such observation, keeps it
-	// while the owner keeps the pod out (read errors included), and clears
-	// it if the owner takes the pod back in. The tail counts from it. If the
-	// observation says out and OutSince is zero, the route stays open.
+// RouteMemory is what the gate keeps about one route between steps.
+type RouteMemory struct {
+	// OutSince is when the owner was first seen to have taken the pod out;
+	// zero while it routes to the pod. The tail counts from it.
 	OutSince time.Time
 }
 
-// Decide returns the verdict for pod at now, given one observation per route
-// that may carry traffic to it.
+// Memory is everything the gate keeps about one terminating pod between
+// steps. The caller stores what Step returns and hands it back next time;
+// a zero Memory is a pod seen for the first time.
+type Memory struct {
+	// TerminatingSince is when the pod was first seen terminating; the
+	// verdict's Waited counts from it.
+	TerminatingSince time.Time
+	// Routes holds every route the pod had while the gate watched it: a
+	// route stays a route after its owner drops the pod (that is how it
+	// closes).
+	Routes map[RouteKey]RouteMemory
+}
+
+// Known returns the names of the remembered routes of one kind, sorted: a
+// source must report each of them again.
+func (m Memory) Known(kind string) []string {
+	var out []string
+	for k := range m.Routes {
+		if k.Kind == kind {
+			out = append(out, k.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Step is one decision for pod at now: it judges every observation once,
+// updates the memory and returns the verdict with the memory to keep.
 //
-//   - A pod that is not terminating is not released (ReasonNotTerminating):
-//     the agent should not be asking yet, and the server decides what to do.
-//   - If no observation is a route (none given, or every target group never
-//     held the pod), the pod is released at once (ReasonNoRoutes).
+//   - A pod that is not terminating is not released
+//     (ReasonNotTerminating), and the memory is returned unchanged.
+//   - Per route: OutSince is set on the first observation that says out,
+//     kept while the owner keeps the pod out (read errors included, since
+//     the fields are then those of the last good read) or cannot say
+//     (not synced), and cleared when the owner takes the pod back in. A
+//     remembered route missing from obs stays open.
+//   - If no observation is a route (none given, or every one NotRoute), the
+//     pod is released at once (ReasonNoRoutes).
 //   - If every route is closed, it is released (ReasonDrained).
 //   - Else, if the deadline is set and now is at or after it, it is
 //     released (ReasonDeadline), and the message names the routes still open.
 //   - Else it is not released, and Reason is empty.
 //
-// Every observation, route or not, appears in Verdict.Routes in the order
-// given, with the state Assess gives it. Waited is now − TerminatingSince
-// (zero when unknown or negative).
-func Decide(now time.Time, pod Pod, routes []RouteObservation, tails Tails) api.Verdict {
+// Every route, ignored ones included, appears in Verdict.Routes, sorted by
+// kind and name. Waited is now − TerminatingSince.
+func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, Memory) {
 	v := api.Verdict{Pod: pod.Name, Namespace: pod.Namespace, UID: pod.UID}
-	if pod.Terminating && !pod.TerminatingSince.IsZero() && now.After(pod.TerminatingSince) {
-		v.Waited = api.Duration(now.Sub(pod.TerminatingSince))
+	if !pod.Terminating {
+		v.Reason = api.ReasonNotTerminating
+		v.Message = "the pod is not terminating as far as the server sees: nothing to wait for yet"
+		return v, prev
+	}
+	next := Memory{TerminatingSince: prev.TerminatingSince, Routes: make(map[RouteKey]RouteMemory, len(obs))}
+	if next.TerminatingSince.IsZero() {
+		next.TerminatingSince = now
+	}
+	if now.After(next.TerminatingSince) {
+		v.Waited = api.Duration(now.Sub(next.TerminatingSince))
 	}
 
-	var open, ignored []api.Route
-	counted := 0
-	for _, o := range routes {
-		a := Assess(now, o, tails)
+	judged := map[RouteKey]Assessment{}
+	for _, o := range obs {
+		k := RouteKey{o.Kind, o.Name}
+		m := prev.Routes[k]
+		if o.Synced && !o.NotRoute {
+			switch {
+			case !o.Out:
+				m.OutSince = time.Time{}
+			case m.OutSince.IsZero():
+				m.OutSince = now
+			}
+		}
+		next.Routes[k] = m
+		judged[k] = Assess(now, o, m.OutSince)
+	}
+	for k, m := range prev.Routes {
+		if _, ok := judged[k]; !ok {
+			next.Routes[k] = m
+			judged[k] = notObserved(k, m)
+		}
+	}
+
+	var open []api.Route
+	counted, ignored := 0, 0
+	for _, k := range slices.SortedFunc(maps.Keys(judged), compareKeys) {
+		a := judged[k]
 		v.Routes = append(v.Routes, a.Route)
-		switch a.Phase {
-		case PhaseIgnored:
-			ignored = append(ignored, a.Route)
-		case PhaseClosed:
-			counted++
-		default:
+		switch {
+		case a.Phase == PhaseIgnored:
+			ignored++
+		case a.Phase.Open():
 			counted++
 			open = append(open, a.Route)
+		default:
+			counted++
 		}
 	}
 
 	switch {
-	case !pod.Terminating:
-		v.Reason = api.ReasonNotTerminating
-		v.Message = "the pod is not terminating as far as the server sees: nothing to wait for yet"
 	case counted == 0:
 		v.Released, v.Reason = true, api.ReasonNoRoutes
-		v.Message = "released: no EndpointSlice lists the pod and no target group holds it"
-		if len(ignored) > 0 {
-			v.Message += fmt.Sprintf(" (%s never registered it)", countNoun(len(ignored), "target group"))
+		v.Message = "released: no route holds the pod"
+		if ignored > 0 {
+			v.Message += fmt.Sprintf(" (%s never held it)", countNoun(ignored, "route"))
 		}
 	case len(open) == 0:
 		v.Released, v.Reason = true, api.ReasonDrained
@@ -188,7 +149,36 @@ func Decide(now time.Time, pod Pod, routes []RouteObservation, tails Tails) api.
 	default:
 		v.Message = fmt.Sprintf("waiting for %s of %d: %s", countNoun(len(open), "route"), counted, list(open))
 	}
-	return v
+	return v, next
+}
+
+// NextChange is the next time after now at which the verdict for pod can
+// change by the clock alone (a tail's end, the deadline), or zero when
+// none can: the caller steps again then.
+func NextChange(now time.Time, pod Pod, v api.Verdict) time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if v.Released || !pod.Terminating {
+		return next
+	}
+	consider(pod.Deadline)
+	for _, r := range v.Routes {
+		if r.TailEnds != nil {
+			consider(*r.TailEnds)
+		}
+	}
+	return next
+}
+
+func compareKeys(a, b RouteKey) int {
+	if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 func list(rs []api.Route) string {

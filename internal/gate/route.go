@@ -7,12 +7,51 @@ import (
 	"draingate.dev/draingate/api"
 )
 
+// Observation is one route of one pod as its source sees it now: the
+// owner's word (in or out) and how long consumers may still send after the
+// owner took the pod out. Each route source (internal/route/...) makes
+// them; Step judges them and remembers, between steps, when each owner
+// first took the pod out.
+type Observation struct {
+	// Kind is the source's kind, as api.Route.Kind carries it.
+	Kind string
+	// Name names the route's owner within its kind, such as "default/web"
+	// for a Service's EndpointSlices or a target group's ARN.
+	Name string
+
+	// Synced is true once the source has delivered at least one complete
+	// observation of this route (the informer cache synced; the poller's
+	// first full listing came). Until then the route is open: nobody knows.
+	Synced bool
+	// Err is the last error reading the source, nil after a good read; the
+	// other fields then stay those of the last good read. A route never
+	// closes while Err is set.
+	Err error
+
+	// State is the owner's own word for the pod, such as "ready" or
+	// "draining", as the verdict shows it.
+	State string
+	// Out is true when the owner has taken the pod out.
+	Out bool
+	// NotRoute is true when the pod was never in this route (a target group
+	// that never held the pod): the gate lists it and ignores it.
+	NotRoute bool
+	// What is one sentence saying what the owner says, for the verdict.
+	What string
+
+	// Tail is how long the route's consumers may still send new traffic
+	// after the owner took the pod out (negative counts as zero); TailName
+	// names it in sentences ("EndpointSlice", "ALB").
+	Tail     time.Duration
+	TailName string
+}
+
 // Phase is where a route stands for the gate.
 type Phase string
 
 const (
 	// PhaseUnknown: the gate cannot tell (the source has not synced, or the
-	// route's kind is unknown). Open.
+	// route was not observed this time). Open.
 	PhaseUnknown Phase = "unknown"
 	// PhaseIn: the owner still routes to the pod. Open.
 	PhaseIn Phase = "in"
@@ -22,42 +61,19 @@ const (
 	PhaseOut Phase = "out"
 	// PhaseClosed: out, the tail passed, and the last read succeeded.
 	PhaseClosed Phase = "closed"
-	// PhaseIgnored: not a route at all: a target group whose target is
-	// unused or absent and was never registered nor expected.
+	// PhaseIgnored: not a route at all (Observation.NotRoute).
 	PhaseIgnored Phase = "ignored"
 )
 
 // Open reports whether a route in this phase still holds the pod.
 func (p Phase) Open() bool { return p != PhaseClosed && p != PhaseIgnored }
 
-// Route states that are not an owner's own words (those are, for target
-// groups, the TargetHealth.State verbatim, such as "draining").
+// Route states the gate itself gives; the others are the owners' words.
 const (
-	StateNotSynced = "not-synced" // the source has not synced yet
-	StateUnknown   = "unknown"    // the route's kind is unknown
-	StateClosed    = "closed"     // out and the tail passed
-	StateIgnored   = "ignored"    // never registered: not a route
-
-	// EndpointSlice endpoint states.
-	StateReady              = "ready"               // listed, ready
-	StateNotReady           = "not-ready"           // listed, not ready, not terminating
-	StateTerminating        = "terminating"         // listed, terminating
-	StateTerminatingServing = "terminating-serving" // listed, terminating, still used as kube-proxy's fallback
-	StateGone               = "gone"                // not listed
-
-	// StateAbsent: the target is absent from a full listing.
-	StateAbsent = "absent"
-)
-
-// ELBv2 TargetHealth states (DescribeTargetHealth).
-const (
-	TargetInitial           = "initial"
-	TargetHealthy           = "healthy"
-	TargetUnhealthy         = "unhealthy"
-	TargetUnhealthyDraining = "unhealthy.draining"
-	TargetUnused            = "unused"
-	TargetDraining          = "draining"
-	TargetUnavailable       = "unavailable"
+	StateNotSynced   = "not-synced"   // the source has not synced yet
+	StateNotObserved = "not-observed" // remembered, but missing from this step's observations
+	StateClosed      = "closed"       // out and the tail passed
+	StateIgnored     = "ignored"      // never in the route
 )
 
 // Assessment is one observation judged at one time.
@@ -65,149 +81,73 @@ type Assessment struct {
 	Phase Phase
 	// Route is the observation as the verdict reports it: State is the
 	// owner's state while the route is open, StateClosed once it is closed;
-	// Since is OutSince and TailEnds is OutSince plus the tail once the
+	// Since is outSince and TailEnds is outSince plus the tail once the
 	// owner has taken the pod out (so a closed route shows when it went out
 	// and when it closed); Detail is one sentence saying why.
 	Route api.Route
 }
 
-// Assess judges one route observation at now. Decide uses it for every
-// route; the server may use it for metrics and Events.
+// Assess judges one observation at now, given when its owner was first
+// seen to take the pod out (zero: not yet).
 //
 // Error policy (design rule 1): with Err set, the route keeps the phase its
-// last good read gives it, except that it never becomes closed. In
-// particular, a route whose owner took the pod out before the error keeps
-// waiting after its tail has passed, until a successful read confirms the
-// pod is still out. The tail itself keeps counting from OutSince (the owner
-// did take the pod out; the error only stops the gate from re-reading), so
-// that one good read after the tail closes the route at once. Closing on a
-// stale observation would be cheaper during long throttling, but it would
-// release on the strength of a read the gate could not repeat: errors may
-// lengthen a wait up to the deadline and never shorten one.
-func Assess(now time.Time, o RouteObservation, tails Tails) Assessment {
-	r := api.Route{Kind: string(o.Kind), Name: o.Name}
-	if !o.Synced {
+// last good read gives it, except that it never becomes closed. A route
+// whose owner took the pod out before the error keeps waiting after its
+// tail has passed, until a successful read confirms the pod is still out.
+// The tail itself keeps counting from outSince (the owner did take the pod
+// out; the error only stops the gate from re-reading), so that one good read
+// after the tail closes the route at once. Closing on a stale observation
+// would release on the strength of a read the gate could not repeat: errors
+// may lengthen a wait up to the deadline and never shorten one.
+func Assess(now time.Time, o Observation, outSince time.Time) Assessment {
+	r := api.Route{Kind: o.Kind, Name: o.Name}
+	switch {
+	case !o.Synced:
 		r.State = StateNotSynced
 		r.Detail = "the source has not delivered a complete observation yet, so the route counts as open" + errSuffix(o.Err)
 		return Assessment{Phase: PhaseUnknown, Route: r}
+	case o.NotRoute:
+		r.State = StateIgnored
+		r.Detail = o.What + errSuffix(o.Err)
+		return Assessment{Phase: PhaseIgnored, Route: r}
 	}
-
-	var (
-		state, what string
-		out         bool
-		tail        time.Duration
-		tailName    string
-	)
-	switch o.Kind {
-	case KindEndpointSlice:
-		state, out, what = endpointState(o)
-		tail, tailName = tails.EndpointSlice, "EndpointSlice"
-	case KindTargetGroup:
-		state, out, what = targetState(o)
-		tail, tailName = targetTail(o.LoadBalancer, tails)
-		// `draining` proves the target was registered; `unused` and absent
-		// prove nothing, so they need WasRegistered to count as a route.
-		if out && !o.WasRegistered && (state == TargetUnused || state == StateAbsent) {
-			r.State = StateIgnored
-			r.Detail = "never registered: " + what +
-				", and the pod was never seen registered nor expected in it, so it is not a route" + errSuffix(o.Err)
-			return Assessment{Phase: PhaseIgnored, Route: r}
-		}
-	default:
-		r.State = StateUnknown
-		r.Detail = fmt.Sprintf("unknown route kind %q: kept open", o.Kind) + errSuffix(o.Err)
-		return Assessment{Phase: PhaseUnknown, Route: r}
-	}
-
-	r.State = state
-	if !out {
-		r.Detail = what + errSuffix(o.Err)
+	r.State = o.State
+	if !o.Out {
+		r.Detail = o.What + errSuffix(o.Err)
 		return Assessment{Phase: PhaseIn, Route: r}
 	}
-	if o.OutSince.IsZero() {
-		r.Detail = what + "; when it went out is not recorded yet, so its tail has not started" + errSuffix(o.Err)
+	if outSince.IsZero() {
+		r.Detail = o.What + "; when it went out is not recorded yet, so its tail has not started" + errSuffix(o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
-	tail = max(tail, 0)
-	end := o.OutSince.Add(tail)
-	r.Since, r.TailEnds = o.OutSince, &end
+	tail := max(o.Tail, 0)
+	end := outSince.Add(tail)
+	r.Since, r.TailEnds = outSince, &end
 	switch {
 	case now.Before(end):
-		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", what, stamp(o.OutSince), tailName, tail, stamp(end)) +
+		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", o.What, stamp(outSince), o.TailName, tail, stamp(end)) +
 			errSuffix(o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	case o.Err != nil:
 		r.Detail = fmt.Sprintf("%s since %s and the %s tail (%s) ended at %s, but the last read failed (%v): "+
-			"open until a successful read confirms the pod is still out", what, stamp(o.OutSince), tailName, tail, stamp(end), o.Err)
+			"open until a successful read confirms the pod is still out", o.What, stamp(outSince), o.TailName, tail, stamp(end), o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
 	r.State = StateClosed
-	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", what, stamp(o.OutSince), tailName, tail, stamp(end))
+	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, stamp(outSince), o.TailName, tail, stamp(end))
 	return Assessment{Phase: PhaseClosed, Route: r}
 }
 
-// endpointState reads an EndpointSlice observation. Out: the endpoint is
-// gone, terminating (the EndpointSlice controller's way to take a
-// terminating pod out), or not ready; except that a serving terminating
-// endpoint stays in while kube-proxy uses it as a fallback.
-func endpointState(o RouteObservation) (state string, out bool, what string) {
-	switch {
-	case !o.Present:
-		return StateGone, true, "the slice no longer lists the pod's endpoint"
-	case o.Terminating && o.Serving && o.ServingFallback:
-		return StateTerminatingServing, false, "the slice lists the pod's endpoint as terminating but serving, " +
-			"and kube-proxy still sends to it because no ready endpoint remains"
-	case o.Terminating:
-		return StateTerminating, true, "the slice lists the pod's endpoint as terminating"
-	case !o.Ready:
-		return StateNotReady, true, "the slice lists the pod's endpoint as not ready"
+// notObserved is the assessment of a remembered route that no source
+// reported this time: open, since a route stays a route after its owner
+// drops the pod, and the gate cannot say it closed.
+func notObserved(key RouteKey, m RouteMemory) Assessment {
+	r := api.Route{Kind: key.Kind, Name: key.Name, State: StateNotObserved,
+		Detail: "the route was seen before but its source did not report it this time, so it counts as open"}
+	if !m.OutSince.IsZero() {
+		r.Since = m.OutSince
 	}
-	return StateReady, false, "the slice lists the pod's endpoint as ready"
-}
-
-// targetState reads a target group observation. Out: `draining` (the
-// deregistration call happened), `unused` (whatever the reason: the load
-// balancer does not send to it), or absent from a full listing (the
-// deregistration delay passed). Not out: `initial`, `healthy`, `unhealthy`
-// (a load balancer whose targets are all unhealthy fails open and sends to
-// all of them), `unhealthy.draining` (an NLB target failing health checks
-// while still registered: it may still get connections, and a fail-open NLB
-// sends it new ones), `unavailable` (health checks disabled: the load
-// balancer sends to it), and any state this code does not know.
-// Assess decides whether an unused or absent target was ever a route
-// (WasRegistered).
-func targetState(o RouteObservation) (state string, out bool, what string) {
-	reason := ""
-	if o.Reason != "" {
-		reason = " (" + o.Reason + ")"
-	}
-	switch o.State {
-	case "":
-		return StateAbsent, true, "the target is absent from the full listing"
-	case TargetDraining, TargetUnused:
-		return o.State, true, "the target is " + o.State + reason
-	case TargetInitial, TargetHealthy, TargetUnhealthy:
-		return o.State, false, "the target is " + o.State + reason + ": the load balancer may send to it"
-	case TargetUnhealthyDraining:
-		return o.State, false, "the target is unhealthy.draining" + reason +
-			": still registered, and an NLB may still send to it"
-	case TargetUnavailable:
-		return o.State, false, "the target is unavailable" + reason +
-			": health checks are disabled and the load balancer sends to it"
-	}
-	return o.State, false, fmt.Sprintf("the target is in state %q%s, unknown to draingate: kept open", o.State, reason)
-}
-
-// targetTail picks the tail for a target group's load balancer type. An
-// unknown type takes the NLB tail, the longer of the two by default.
-func targetTail(lb string, tails Tails) (time.Duration, string) {
-	switch lb {
-	case LoadBalancerApplication:
-		return tails.ALB, "ALB"
-	case LoadBalancerNetwork:
-		return tails.NLB, "NLB"
-	}
-	return tails.NLB, fmt.Sprintf("NLB (for load balancer type %q, unknown)", lb)
+	return Assessment{Phase: PhaseUnknown, Route: r}
 }
 
 func errSuffix(err error) string {

@@ -1,0 +1,311 @@
+// Package endpointslice is the route through a Service's EndpointSlices:
+// one route per Service that lists the pod, whose consumers are kube-proxy
+// on every node, ingress controllers and meshes. It also covers `instance`
+// target groups, which reach the pod through kube-proxy.
+//
+// The route is out when the pod's endpoint is gone, terminating or not
+// ready, except while kube-proxy still falls back to a serving terminating
+// endpoint because the Service has no ready one left (KEP-1669; see
+// docs/facts.md).
+package endpointslice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
+)
+
+// Kind is the routes' kind, as api.Route.Kind carries it.
+const Kind = "endpointslice"
+
+// DefaultTail is how long kube-proxy, ingress controllers and meshes may
+// still send after a slice took the pod out (about a second for
+// kube-proxy, seconds for the others).
+const DefaultTail = 5 * time.Second
+
+// Endpoint states, as the verdict shows them.
+const (
+	StateReady              = "ready"               // listed, ready
+	StateNotReady           = "not-ready"           // listed, not ready, not terminating
+	StateTerminating        = "terminating"         // listed, terminating
+	StateTerminatingServing = "terminating-serving" // listed, terminating, still kube-proxy's fallback
+	StateGone               = "gone"                // not listed
+)
+
+const (
+	serviceNameLabel = discoveryv1.LabelServiceName
+	// addressIndex indexes EndpointSlices by their endpoints' addresses.
+	addressIndex = "draingate.addresses"
+)
+
+// Source observes EndpointSlice routes. Make it with New.
+type Source struct {
+	tail   time.Duration
+	cache  cache.Cache
+	synced atomic.Bool
+}
+
+// New returns a source whose routes take the given tail; a negative one
+// counts as zero (the route closes as soon as it is out).
+func New(tail time.Duration) *Source { return &Source{tail: max(tail, 0)} }
+
+// Kind implements route.Source.
+func (s *Source) Kind() string { return Kind }
+
+// Transform implements route.Source: a slice keeps its identity, the
+// Service label, and its endpoints' addresses, conditions and pod.
+func (s *Source) Transform(obj any) (any, bool) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, false
+	}
+	out := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: sl.Name, Namespace: sl.Namespace, UID: sl.UID, ResourceVersion: sl.ResourceVersion,
+			DeletionTimestamp: sl.DeletionTimestamp,
+		},
+		AddressType: sl.AddressType,
+		Endpoints:   make([]discoveryv1.Endpoint, len(sl.Endpoints)),
+	}
+	if svc, ok := sl.Labels[serviceNameLabel]; ok {
+		out.Labels = map[string]string{serviceNameLabel: svc}
+	}
+	for i, e := range sl.Endpoints {
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions}
+		if r := e.TargetRef; r != nil {
+			out.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, UID: r.UID}
+		}
+	}
+	return out, true
+}
+
+// Start implements route.Source: it indexes slices by address and tells
+// changed the namespace of every slice that changes.
+func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespace, name string)) error {
+	s.cache = c
+	if err := c.IndexField(ctx, &discoveryv1.EndpointSlice{}, addressIndex, addresses); err != nil {
+		return fmt.Errorf("index EndpointSlices: %w", err)
+	}
+	inf, err := c.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("EndpointSlice informer: %w", err)
+	}
+	if _, err := inf.AddEventHandler(route.NamespaceHandler(changed)); err != nil {
+		return err
+	}
+	go func() {
+		if toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			s.synced.Store(true)
+			changed("", "")
+		}
+	}()
+	return nil
+}
+
+// Ready implements route.Source.
+func (s *Source) Ready() error {
+	if !s.synced.Load() {
+		return errors.New("the EndpointSlice cache has not synced yet")
+	}
+	return nil
+}
+
+// Forget implements route.Source: the source keeps nothing per pod.
+func (s *Source) Forget(route.PodKey) {}
+
+// Endpoint is the pod's endpoint in one Service's slices.
+type Endpoint struct {
+	// Service is the Service's name ("" for a slice that names none).
+	Service                     string
+	Ready, Serving, Terminating bool
+}
+
+// Endpoints returns the pod's endpoints by route name
+// ("namespace/service"): the most "in" one where several slices of one
+// Service list the pod (dual stack).
+func (s *Source) Endpoints(ctx context.Context, pod *corev1.Pod) (map[string]Endpoint, error) {
+	if s.cache == nil {
+		return nil, errors.New("the EndpointSlice source has not started")
+	}
+	current := map[string]Endpoint{}
+	for _, ip := range route.IPs(pod) {
+		var list discoveryv1.EndpointSliceList
+		if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{addressIndex: ip}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list EndpointSlices from the cache: %w", err)
+		}
+		for i := range list.Items {
+			sl := &list.Items[i]
+			for _, e := range sl.Endpoints {
+				if !isPod(e, ip, pod) {
+					continue
+				}
+				name := routeName(sl)
+				v := endpointOf(e)
+				v.Service = sl.Labels[serviceNameLabel]
+				if old, ok := current[name]; !ok || v.rank() > old.rank() {
+					current[name] = v
+				}
+			}
+		}
+	}
+	return current, nil
+}
+
+// Observe implements route.Source: one route per Service whose slices list
+// the pod, and per route in known (gone once no slice lists the pod).
+func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _ bool) ([]gate.Observation, error) {
+	current, err := s.Endpoints(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, n := range known {
+		names[n] = true
+	}
+	for n := range current {
+		names[n] = true
+	}
+	out := make([]gate.Observation, 0, len(names))
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		e, present := current[name]
+		fallback := false
+		if present && e.Terminating && e.Serving && e.Service != "" {
+			fallback = !s.serviceHasReadyEndpoint(ctx, pod.Namespace, e.Service)
+		}
+		o := Judge(e, present, fallback)
+		o.Name, o.Tail = name, s.tail
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// Judge reads the pod's endpoint in one route: present says a slice lists
+// it, fallback that kube-proxy still sends to serving terminating
+// endpoints of the Service because no ready one remains. Out: gone,
+// terminating (the EndpointSlice controller's way to take a terminating
+// pod out) or not ready; except a serving terminating endpoint while the
+// fallback holds. Name and Tail are left to the caller.
+func Judge(e Endpoint, present, fallback bool) gate.Observation {
+	o := gate.Observation{Kind: Kind, Synced: true, TailName: "EndpointSlice"}
+	switch {
+	case !present:
+		o.State, o.Out, o.What = StateGone, true, "the slice no longer lists the pod's endpoint"
+	case e.Terminating && e.Serving && fallback:
+		o.State, o.What = StateTerminatingServing, "the slice lists the pod's endpoint as terminating but serving, "+
+			"and kube-proxy still sends to it because no ready endpoint remains"
+	case e.Terminating:
+		o.State, o.Out, o.What = StateTerminating, true, "the slice lists the pod's endpoint as terminating"
+	case !e.Ready:
+		o.State, o.Out, o.What = StateNotReady, true, "the slice lists the pod's endpoint as not ready"
+	default:
+		o.State, o.What = StateReady, "the slice lists the pod's endpoint as ready"
+	}
+	return o
+}
+
+// serviceHasReadyEndpoint reports whether any slice of the Service lists a
+// ready, not terminating endpoint; if none does, kube-proxy falls back to
+// serving terminating ones.
+func (s *Source) serviceHasReadyEndpoint(ctx context.Context, ns, svc string) bool {
+	var list discoveryv1.EndpointSliceList
+	if err := s.cache.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{serviceNameLabel: svc}, client.UnsafeDisableDeepCopy); err != nil {
+		return false // fallback assumed: the route stays open
+	}
+	for _, sl := range list.Items {
+		for _, e := range sl.Endpoints {
+			if v := endpointOf(e); v.Ready && !v.Terminating {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rank orders a pod's endpoints when several slices of one Service list
+// it: the most "in" one speaks for the route.
+func (e Endpoint) rank() int {
+	switch {
+	case e.Ready && !e.Terminating:
+		return 3
+	case e.Serving:
+		return 2
+	case !e.Terminating:
+		return 1
+	}
+	return 0
+}
+
+// endpointOf maps the API's nil conditions: nil ready means ready, nil
+// serving means the same as ready, nil terminating means false.
+func endpointOf(e discoveryv1.Endpoint) Endpoint {
+	v := Endpoint{Ready: true}
+	if e.Conditions.Ready != nil {
+		v.Ready = *e.Conditions.Ready
+	}
+	v.Serving = v.Ready
+	if e.Conditions.Serving != nil {
+		v.Serving = *e.Conditions.Serving
+	}
+	if e.Conditions.Terminating != nil {
+		v.Terminating = *e.Conditions.Terminating
+	}
+	return v
+}
+
+// isPod reports whether e is the pod's endpoint: it has the pod's address,
+// and its targetRef, when it names a pod, names this one (an IP reused by
+// a newer pod is that pod's endpoint).
+func isPod(e discoveryv1.Endpoint, ip string, pod *corev1.Pod) bool {
+	has := false
+	for _, a := range e.Addresses {
+		if a == ip {
+			has = true
+		}
+	}
+	if !has {
+		return false
+	}
+	if r := e.TargetRef; r != nil && r.Kind == "Pod" {
+		if r.UID != "" {
+			return r.UID == pod.UID
+		}
+		return r.Name == pod.Name
+	}
+	return true
+}
+
+// routeName names a route: its Service, or the slice itself when it names
+// none.
+func routeName(sl *discoveryv1.EndpointSlice) string {
+	if svc := sl.Labels[serviceNameLabel]; svc != "" {
+		return sl.Namespace + "/" + svc
+	}
+	return sl.Namespace + "/" + sl.Name
+}
+
+// addresses is the address index's extractor.
+func addresses(o client.Object) []string {
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, e := range s.Endpoints {
+		out = append(out, e.Addresses...)
+	}
+	return out
+}

@@ -1,0 +1,427 @@
+// Package targetgroup is the route through an AWS target group in `ip`
+// mode, found through the AWS Load Balancer Controller's
+// TargetGroupBinding: one route per binding whose Service lists the pod
+// (or listed it before termination), named by the group's ARN. Its
+// consumer is the load balancer.
+//
+// The route is out when the pod's target is `draining`, `unused` or absent
+// from a full listing. Target health comes from the shared poller
+// (internal/aws/elbv2), which polls a group only while a pod with a route
+// through it waits, and reads the group's load balancer type once; until
+// that is known the route takes the NLB tail, the longer one.
+package targetgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/route/endpointslice"
+)
+
+// Kind is the routes' kind, as api.Route.Kind carries it.
+const Kind = "targetgroup"
+
+// StateAbsent is the state of a target missing from a full listing.
+const StateAbsent = "absent"
+
+// BindingGVK is the AWS Load Balancer Controller's TargetGroupBinding.
+var BindingGVK = schema.GroupVersionKind{Group: "elbv2.k8s.aws", Version: "v1beta1", Kind: "TargetGroupBinding"}
+
+// Tails are how long a load balancer may still send new traffic after its
+// target went out (see docs/facts.md, "The race").
+type Tails struct {
+	// ALB: requests were seen ~17 s after a target showed `draining`.
+	ALB time.Duration
+	// NLB (and a load balancer of unknown type): 180–300 s per AWS
+	// Support.
+	NLB time.Duration
+}
+
+// DefaultTails are ALB 20 s and NLB 180 s.
+func DefaultTails() Tails { return Tails{ALB: 20 * time.Second, NLB: 180 * time.Second} }
+
+// Config configures a Source.
+type Config struct {
+	// Poller reads target health and load balancer types.
+	Poller *elbv2.Poller
+	// Slices finds the Services that list a pod.
+	Slices *endpointslice.Source
+	// Discovery finds the TargetGroupBinding CRD.
+	Discovery discovery.DiscoveryInterface
+	// Tails per load balancer type.
+	Tails Tails
+	// CRDInterval is how often to look for the CRD while it is absent
+	// (default 10 s).
+	CRDInterval time.Duration
+	// Log receives what an operator should know (slog.Default when nil).
+	Log *slog.Logger
+}
+
+// Source observes target-group routes. Make it with New.
+type Source struct {
+	cfg   Config
+	cache cache.Cache
+
+	known  atomic.Bool // discovery said whether the CRD exists
+	on     atomic.Bool // the CRD was found
+	synced atomic.Bool // ... and its informer synced
+
+	mu      sync.Mutex
+	waiters map[route.PodKey]map[string]*elbv2.Waiter // pod → ARN → its waiter
+	changed func(namespace, name string)
+}
+
+// New returns a source; Start starts it.
+func New(cfg Config) *Source {
+	if cfg.CRDInterval <= 0 {
+		cfg.CRDInterval = 10 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Tails.ALB, cfg.Tails.NLB = max(cfg.Tails.ALB, 0), max(cfg.Tails.NLB, 0)
+	return &Source{cfg: cfg, waiters: map[route.PodKey]map[string]*elbv2.Waiter{}}
+}
+
+// Kind implements route.Source.
+func (s *Source) Kind() string { return Kind }
+
+// Transform implements route.Source: a binding keeps its identity and the
+// spec fields the gate reads (targetGroupARN, targetType, serviceRef).
+func (s *Source) Transform(obj any) (any, bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GroupVersionKind().GroupKind() != BindingGVK.GroupKind() {
+		return obj, false
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetGroupVersionKind(u.GroupVersionKind())
+	out.SetName(u.GetName())
+	out.SetNamespace(u.GetNamespace())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	spec := map[string]any{}
+	for _, k := range []string{"targetGroupARN", "targetType", "serviceRef"} {
+		if v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", k); ok {
+			spec[k] = v
+		}
+	}
+	out.Object["spec"] = spec
+	return out, true
+}
+
+// Binding is the part of a TargetGroupBinding the gate reads.
+type Binding struct {
+	Namespace, Name string
+	ARN             string
+	TargetType      string
+	Service         string
+}
+
+// BindingFrom reads a binding.
+func BindingFrom(u *unstructured.Unstructured) Binding {
+	b := Binding{Namespace: u.GetNamespace(), Name: u.GetName()}
+	b.ARN, _, _ = unstructured.NestedString(u.Object, "spec", "targetGroupARN")
+	b.TargetType, _, _ = unstructured.NestedString(u.Object, "spec", "targetType")
+	b.Service, _, _ = unstructured.NestedString(u.Object, "spec", "serviceRef", "name")
+	return b
+}
+
+// Start implements route.Source: it looks for the CRD in the background
+// until it appears, then starts the bindings' informer.
+func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespace, name string)) error {
+	s.mu.Lock()
+	s.cache, s.changed = c, changed
+	s.mu.Unlock()
+	go s.watchCRD(ctx)
+	go func() {
+		<-ctx.Done()
+		s.closeAll()
+	}()
+	return nil
+}
+
+// Ready implements route.Source.
+func (s *Source) Ready() error {
+	switch {
+	case !s.known.Load():
+		return errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
+	case s.on.Load() && !s.synced.Load():
+		return errors.New("the TargetGroupBinding cache has not synced yet")
+	}
+	return nil
+}
+
+// watchCRD looks for the CRD until it appears, then starts its informer.
+// Until then target-group routes are off, which the log says once.
+func (s *Source) watchCRD(ctx context.Context) {
+	gv := BindingGVK.GroupVersion().String()
+	said := false
+	for {
+		found, err := s.installed(gv)
+		switch {
+		case err != nil:
+			// Not knowing is not "absent": until discovery answers, the
+			// gate answers no verdicts (rule 1).
+			s.cfg.Log.Error("cannot tell whether the TargetGroupBinding CRD is installed; not answering until discovery does", "err", err)
+		case !found:
+			s.known.Store(true)
+			if !said {
+				s.cfg.Log.Warn("the TargetGroupBinding CRD (" + gv + ") is not installed: target-group routes are off until it appears")
+				said = true
+			}
+		}
+		if found {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.CRDInterval):
+		}
+	}
+	s.on.Store(true)
+	s.known.Store(true)
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(BindingGVK)
+	inf, err := s.cache.GetInformer(ctx, u, cache.BlockUntilSynced(false))
+	if err == nil {
+		_, err = inf.AddEventHandler(route.NamespaceHandler(s.changed))
+	}
+	if err != nil {
+		s.cfg.Log.Error("TargetGroupBinding informer", "err", err)
+		return
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return
+	}
+	s.synced.Store(true)
+	s.cfg.Log.Info("caches synced: TargetGroupBindings; target-group routes are on")
+	s.changed("", "")
+}
+
+// installed asks discovery whether gv serves TargetGroupBindings. A group
+// version that is not served at all is "not installed", any other error is
+// an error.
+func (s *Source) installed(gv string) (bool, error) {
+	res, err := s.cfg.Discovery.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range res.APIResources {
+		if r.Kind == BindingGVK.Kind {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Observe implements route.Source: one route per `ip` binding whose
+// Service lists the pod, and per ARN in known. A binding without
+// targetType (the controller's webhook normally fills it in) counts as
+// `ip`: waiting for a group that never held the pod costs time, missing one
+// that does costs requests. While waiting, each group is polled.
+func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
+	arns := map[string]bool{}
+	for _, a := range known {
+		arns[a] = true
+	}
+	if s.synced.Load() {
+		listed, err := s.cfg.Slices.Endpoints(ctx, pod)
+		if err != nil {
+			return nil, err
+		}
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
+		if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+		}
+		for i := range list.Items {
+			b := BindingFrom(&list.Items[i])
+			if b.TargetType == "instance" || b.ARN == "" {
+				continue
+			}
+			if _, ok := listed[pod.Namespace+"/"+b.Service]; ok {
+				arns[b.ARN] = true
+			}
+		}
+	}
+	if len(arns) == 0 {
+		return nil, nil
+	}
+	key := route.KeyOf(pod)
+	ips := route.IPs(pod)
+	out := make([]gate.Observation, 0, len(arns))
+	for _, arn := range slices.Sorted(maps.Keys(arns)) {
+		w := s.waiter(key, arn, waiting)
+		var (
+			obs elbv2.Observation
+			ok  bool
+		)
+		if w != nil {
+			obs, ok = w.Latest()
+		}
+		var o gate.Observation
+		if ok {
+			state, reason := TargetOf(obs.Targets, ips)
+			o = s.Judge(state, reason, obs.LoadBalancerType, true)
+		} else {
+			o = gate.Observation{Kind: Kind}
+		}
+		o.Name, o.Err = arn, obs.Err
+		if ok && obs.TypeErr != nil {
+			o.TailName += fmt.Sprintf(" (the load balancer's type is not known: %v)", obs.TypeErr)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// waiter returns the pod's waiter on arn, starting it when the pod waits.
+func (s *Source) waiter(key route.PodKey, arn string, waiting bool) *elbv2.Waiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.waiters[key][arn]; w != nil || !waiting || s.changed == nil {
+		return w
+	}
+	if s.waiters[key] == nil {
+		s.waiters[key] = map[string]*elbv2.Waiter{}
+	}
+	w := s.cfg.Poller.Watch(arn)
+	s.waiters[key][arn] = w
+	changed := s.changed
+	go func() {
+		// Each new listing, failed call or type answer: re-observe the pod.
+		for range w.Changed() {
+			changed(key.Namespace, key.Name)
+		}
+	}()
+	return w
+}
+
+// Forget implements route.Source: the pod's groups stop being polled for
+// it.
+func (s *Source) Forget(pod route.PodKey) {
+	s.mu.Lock()
+	ws := s.waiters[pod]
+	delete(s.waiters, pod)
+	s.mu.Unlock()
+	for _, w := range ws {
+		go w.Close() // Close waits for the group's goroutine: never under a caller's lock.
+	}
+}
+
+func (s *Source) closeAll() {
+	s.mu.Lock()
+	all := s.waiters
+	s.waiters = map[route.PodKey]map[string]*elbv2.Waiter{}
+	s.mu.Unlock()
+	for _, ws := range all {
+		for _, w := range ws {
+			w.Close()
+		}
+	}
+}
+
+// Judge reads the pod's target in a group: its state and reason as
+// DescribeTargetHealth reported them ("" when absent from a full listing),
+// the load balancer's type ("" when unknown) and whether the target was
+// seen registered or expected. Name and Err are left to the caller.
+//
+// Out: `draining` (the deregistration call happened), `unused` (whatever
+// the reason: the load balancer does not send to it), or absent. Not out:
+// `initial`, `healthy`, `unhealthy` (a load balancer whose targets are all
+// unhealthy fails open and sends to all of them), `unhealthy.draining` (an
+// NLB target failing health checks while still registered: it may still
+// get connections), `unavailable` (health checks disabled: the load
+// balancer sends to it), and any state this code does not know. `draining`
+// proves the target was registered; `unused` and absent prove nothing, so
+// without wasRegistered they are no route at all.
+func (s *Source) Judge(state, reason, lbType string, wasRegistered bool) gate.Observation {
+	o := gate.Observation{Kind: Kind, Synced: true, State: state}
+	o.Tail, o.TailName = s.tail(lbType)
+	if reason != "" {
+		reason = " (" + reason + ")"
+	}
+	switch types.TargetHealthStateEnum(state) {
+	case "":
+		o.State, o.Out, o.What = StateAbsent, true, "the target is absent from the full listing"
+	case types.TargetHealthStateEnumDraining, types.TargetHealthStateEnumUnused:
+		o.Out, o.What = true, "the target is "+state+reason
+	case types.TargetHealthStateEnumInitial, types.TargetHealthStateEnumHealthy, types.TargetHealthStateEnumUnhealthy:
+		o.What = "the target is " + state + reason + ": the load balancer may send to it"
+	case types.TargetHealthStateEnumUnhealthyDraining:
+		o.What = "the target is unhealthy.draining" + reason + ": still registered, and an NLB may still send to it"
+	case types.TargetHealthStateEnumUnavailable:
+		o.What = "the target is unavailable" + reason + ": health checks are disabled and the load balancer sends to it"
+	default:
+		o.What = fmt.Sprintf("the target is in state %q%s, unknown to draingate: kept open", state, reason)
+	}
+	if o.Out && !wasRegistered && o.State != string(types.TargetHealthStateEnumDraining) {
+		o.NotRoute = true
+		o.What = "never registered: " + o.What + ", and the pod was never seen registered nor expected in it, so it is not a route"
+	}
+	return o
+}
+
+// tail picks the tail for a load balancer type: an unknown type takes the
+// NLB tail, the longer one by default (waiting too long costs time,
+// waiting too short costs requests).
+func (s *Source) tail(lbType string) (time.Duration, string) {
+	switch lbType {
+	case elbv2.TypeApplication:
+		return s.cfg.Tails.ALB, "ALB"
+	case elbv2.TypeNetwork:
+		return s.cfg.Tails.NLB, "NLB"
+	case "":
+		return s.cfg.Tails.NLB, "NLB (for a load balancer of unknown type)"
+	}
+	return s.cfg.Tails.NLB, fmt.Sprintf("NLB (for load balancer type %q)", lbType)
+}
+
+// TargetOf picks the pod's target in a listing: any target with one of the
+// pod's IPs (whatever the port), the most "in" state if there are several;
+// "" when none is listed.
+func TargetOf(targets map[elbv2.Target]elbv2.Health, ips []string) (state, reason string) {
+	best := -1
+	for t, h := range targets {
+		for _, ip := range ips {
+			if t.ID != ip {
+				continue
+			}
+			r := 2
+			switch types.TargetHealthStateEnum(h.State) {
+			case types.TargetHealthStateEnumDraining:
+				r = 1
+			case types.TargetHealthStateEnumUnused:
+				r = 0
+			}
+			if r > best || r == best && h.State+h.Reason < state+reason {
+				best, state, reason = r, h.State, h.Reason
+			}
+		}
+	}
+	return state, reason
+}
