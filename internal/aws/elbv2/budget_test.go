@@ -127,24 +127,3 @@ func TestBudgetQueueIsFIFO(t *testing.T) {
 		t.Fatalf("served %v, want %v", got, want)
 	}
 }
-
-func TestBackoff(t *testing.T) {
-	lo, hi := time.Second, 20*time.Second
-	for _, c := range []struct {
-		n        int
-		r        float64
-		min, max time.Duration
-	}{
-		{1, 0, 500 * time.Millisecond, 500 * time.Millisecond},
-		{1, 0.999, 500 * time.Millisecond, time.Second},
-		{2, 0, time.Second, time.Second},
-		{5, 0.5, 12 * time.Second, 12 * time.Second},
-		{6, 0, 10 * time.Second, 10 * time.Second}, // 32 s capped at 20 s
-		{6, 0.999, 10 * time.Second, 20 * time.Second},
-		{1000, 0.999, 10 * time.Second, 20 * time.Second},
-	} {
-		if d := backoff(c.n, lo, hi, c.r); d < c.min || d > c.max {
-			t.Errorf("backoff(%d, r=%v) = %v, want in [%v, %v]", c.n, c.r, d, c.min, c.max)
-		}
-	}
-}

@@ -3,7 +3,6 @@ package elbv2
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -40,7 +39,7 @@ func (p *Poller) readType(ctx context.Context, g *group, now time.Time) {
 		}
 		if err != nil {
 			g.typeFailures++
-			g.typeRetry = now.Add(backoff(g.typeFailures, p.cfg.BackoffMin, p.cfg.BackoffMax, rand.Float64()))
+			g.typeRetry = now.Add(p.backoff.Next(g.typeFailures))
 			g.setType("", err)
 			return
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/smithy-go"
+
+	"draingate.dev/draingate/internal/backoff"
 )
 
 // API is the two ELBv2 calls the poller makes, both from its one budget:
@@ -131,9 +132,10 @@ const DescribeTargetHealthAction = "DescribeTargetHealth"
 // one DescribeTargetHealth per group per poll, under one rate budget. Create
 // it with New; its methods are safe for concurrent use.
 type Poller struct {
-	api    API
-	cfg    Config
-	budget *budget
+	api     API
+	cfg     Config
+	budget  *budget
+	backoff backoff.Policy
 
 	calls, throttled atomic.Int64
 
@@ -152,6 +154,7 @@ func New(api API, cfg Config) *Poller {
 		api:     api,
 		cfg:     cfg,
 		budget:  newBudget(cfg.Rate, cfg.Burst, time.Now()),
+		backoff: backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		groups:  map[string]*group{},
 		retired: map[string]*group{},
 		lbTypes: map[string]string{},
@@ -346,7 +349,7 @@ func (p *Poller) run(ctx context.Context, g *group, prev *group) {
 			continue
 		}
 		failures++
-		wait := backoff(failures, p.cfg.BackoffMin, p.cfg.BackoffMax, rand.Float64())
+		wait := p.backoff.Next(failures)
 		g.next = later(g.next, started.Add(wait))
 		g.publishErr(err)
 	}
@@ -415,19 +418,6 @@ func isThrottle(err error) bool {
 	}
 	_, ok := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
 	return ok
-}
-
-// backoff is the wait after the n-th consecutive failure (n >= 1):
-// lo·2^(n-1) capped at hi, times a jitter factor between 1/2 and 1 taken
-// from r in [0, 1). Keeping half the wait un-jittered means a throttled
-// group never comes straight back; the other half spreads groups apart.
-func backoff(n int, lo, hi time.Duration, r float64) time.Duration {
-	d := lo
-	for i := 1; i < n && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d/2 + time.Duration(r*float64(d/2))
 }
 
 func (g *group) publish(obs Observation, good bool) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/smithy-go"
 
+	"draingate.dev/draingate/internal/backoff"
 	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
 )
 
@@ -112,7 +113,7 @@ func TestGroupsShareBudgetFairly(t *testing.T) {
 func maxAttempts(cfg Config, elapsed time.Duration) int {
 	n, sum := 1, time.Duration(0)
 	for {
-		sum += max(cfg.Interval, backoff(n, cfg.BackoffMin, cfg.BackoffMax, 0))
+		sum += max(cfg.Interval, backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax}.Delay(n, 0))
 		if sum > elapsed {
 			return n
 		}
