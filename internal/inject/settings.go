@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/version"
 
 	"draingate.dev/draingate/internal/prestop"
 )
@@ -176,4 +177,14 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// ImageVolumesOnByDefault reports whether an API server of this version
+// has image volumes on by default (Kubernetes 1.35 and newer). Settings
+// with ImageVolume on an older one fall back to the init container.
+func ImageVolumesOnByDefault(v *version.Info) bool {
+	var major, minor int
+	fmt.Sscanf(v.Major, "%d", &major)
+	fmt.Sscanf(strings.TrimSuffix(v.Minor, "+"), "%d", &minor)
+	return major > 1 || major == 1 && minor >= 35
 }

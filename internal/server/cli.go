@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
-	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/webhook"
 )
@@ -51,7 +50,7 @@ func envName(flagName string) string {
 func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("draingate serve", flag.ContinueOnError)
 	fs.SetOutput(out)
-	d := gate.DefaultTails()
+	d := DefaultTails()
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, else the in-cluster ServiceAccount")
 	fs.StringVar(&f.listen, "listen", ":8080", "address of the wait API, /healthz and /readyz")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address of /metrics; empty: no metrics listener")
@@ -198,7 +197,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	o := Options{
 		Kube:            kube,
 		Poller:          elbv2.Config{Rate: f.rate, Burst: f.burst, Interval: f.pollInterval},
-		Tails:           gate.Tails{EndpointSlice: f.tailSlice, ALB: f.tailALB, NLB: f.tailNLB},
+		Tails:           Tails{EndpointSlice: f.tailSlice, ALB: f.tailALB, NLB: f.tailNLB},
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
 		Log:             log,

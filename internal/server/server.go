@@ -5,22 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -31,8 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
-	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/route/endpointslice"
+	"draingate.dev/draingate/internal/route/targetgroup"
 	"draingate.dev/draingate/internal/waitapi"
 	"draingate.dev/draingate/internal/webhook"
 )
@@ -44,12 +38,12 @@ type Options struct {
 	// ELBv2 reads target health and target groups (an
 	// *elasticloadbalancingv2.Client). Nil turns target-group routes off:
 	// only EndpointSlices are waited for.
-	ELBv2 elbv2.DescribeTargetHealthAPI
+	ELBv2 elbv2.API
 	// Poller sizes the target-health poller (rate budget, interval). Its
 	// Metrics field is set by the server.
 	Poller elbv2.Config
-	// Tails per route kind (gate.DefaultTails when zero).
-	Tails gate.Tails
+	// Tails per route kind (DefaultTails when all zero).
+	Tails Tails
 	// ShutdownReserve is the part of a pod's grace period left to the app
 	// after a deadline release (default 5 s): the server releases a pod at
 	// its deletionTimestamp minus this, whatever its routes say.
@@ -77,6 +71,22 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Tails are the propagation tails per route kind: how long the route's
+// consumers may still send new traffic after its owner took the pod out.
+type Tails struct {
+	// EndpointSlice is for kube-proxy, ingress controllers and meshes.
+	EndpointSlice time.Duration
+	// ALB and NLB are for AWS load balancers (NLB also for one of unknown
+	// type).
+	ALB, NLB time.Duration
+}
+
+// DefaultTails are the route sources' own defaults (see docs/facts.md).
+func DefaultTails() Tails {
+	tg := targetgroup.DefaultTails()
+	return Tails{EndpointSlice: endpointslice.DefaultTail, ALB: tg.ALB, NLB: tg.NLB}
+}
+
 // WebhookOptions configure the admission webhook.
 type WebhookOptions struct {
 	// Listener is where it serves (TLS is added by the server).
@@ -88,8 +98,8 @@ type WebhookOptions struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Tails == (gate.Tails{}) {
-		o.Tails = gate.DefaultTails()
+	if o.Tails == (Tails{}) {
+		o.Tails = DefaultTails()
 	}
 	if o.ShutdownReserve <= 0 {
 		o.ShutdownReserve = 5 * time.Second
@@ -99,9 +109,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Linger <= 0 {
 		o.Linger = 60 * time.Second
-	}
-	if o.CRDInterval <= 0 {
-		o.CRDInterval = 10 * time.Second
 	}
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
@@ -117,105 +124,80 @@ func (o Options) withDefaults() Options {
 
 // Server is a running gate server; see Run.
 type Server struct {
-	o        Options
-	log      *slog.Logger
-	cache    cache.Cache
-	disc     discovery.DiscoveryInterface
-	recorder record.EventRecorder
-	events   record.EventBroadcaster
-	poller   *elbv2.Poller
-	metrics  *metrics
-
-	synced        atomic.Bool // pods and slices
-	bindingsKnown atomic.Bool // discovery said whether the TargetGroupBinding CRD exists
-	bindingsOn    atomic.Bool // the TargetGroupBinding CRD was found
-	bindingsSync  atomic.Bool // ... and its informer synced
-
-	mu      sync.Mutex
-	closed  bool
-	pods    map[string]*podState // "namespace/name" → state of a terminating pod
-	subs    map[string]map[chan struct{}]struct{}
-	lbTypes map[string]string   // ARN → load balancer type, once known
-	lookups map[string]struct{} // ARNs whose type is being read
-	runCtx  context.Context
+	o       Options
+	log     *slog.Logger
+	cache   cache.Cache
+	events  record.EventBroadcaster
+	metrics *metrics
+	poller  *elbv2.Poller       // nil without an ELBv2 client
+	targets *targetgroup.Source // nil without an ELBv2 client
+	sources []route.Source
+	pods    *pods
 }
 
-// podState is what the server remembers about one terminating pod.
-type podState struct {
-	key, uid         string
-	terminatingSince time.Time
-	asked            time.Time // last drain request; zero when not waiting
-	services         map[string]*routeMem
-	groups           map[string]*groupMem
-	timer            *time.Timer
-	startNoted       bool
-	releaseNoted     bool
-}
-
-type routeMem struct{ outSince time.Time }
-
-type groupMem struct {
-	routeMem
-	waiter *elbv2.Waiter
-}
-
-// New prepares a server: its cache, clients and metrics. Run starts it.
+// New prepares a server: its route sources, cache, clients and metrics.
+// Run starts it.
 func New(o Options) (*Server, error) {
 	o = o.withDefaults()
 	if o.Kube == nil {
 		return nil, errors.New("server: no Kubernetes config")
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := cache.New(o.Kube, cache.Options{
-		Scheme: scheme,
-		// Reads of a type without an informer fail instead of starting one
-		// behind the server's back (the TargetGroupBinding CRD may be absent).
-		ReaderFailOnMissingInformer: true,
-		// One transform for every type, picking by the object's type: a
-		// ByObject entry for TargetGroupBindings would make cache.New look
-		// up their REST mapping, and fail, when the CRD is not installed.
-		DefaultTransform: transform,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("server: cache: %w", err)
-	}
 	cs, err := kubernetes.NewForConfig(o.Kube)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		o: o, log: o.Log, cache: c, disc: cs.Discovery(),
-		pods: map[string]*podState{}, subs: map[string]map[chan struct{}]struct{}{},
-		lbTypes: map[string]string{}, lookups: map[string]struct{}{},
+	s := &Server{o: o, log: o.Log, pods: newPods()}
+	s.metrics = newMetrics(o.Registry)
+	slices := endpointslice.New(o.Tails.EndpointSlice)
+	s.sources = []route.Source{slices}
+	if o.ELBv2 != nil {
+		pc := o.Poller
+		pc.Metrics = s.metrics.elbv2Call
+		s.poller = elbv2.New(o.ELBv2, pc)
+		s.targets = targetgroup.New(targetgroup.Config{
+			Poller: s.poller, Slices: slices, Discovery: cs.Discovery(),
+			Tails: targetgroup.Tails{ALB: o.Tails.ALB, NLB: o.Tails.NLB}, CRDInterval: o.CRDInterval, Log: o.Log,
+		})
+		s.sources = append(s.sources, s.targets)
 	}
-	s.metrics = newMetrics(o.Registry, s)
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	s.cache, err = cache.New(o.Kube, cache.Options{
+		Scheme: scheme,
+		// Reads of a type without an informer fail instead of starting one
+		// behind the server's back (the TargetGroupBinding CRD may be absent).
+		ReaderFailOnMissingInformer: true,
+		DefaultTransform:            transform(s.sources),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: cache: %w", err)
+	}
 	s.events = record.NewBroadcaster()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	s.recorder = s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"})
+
+	p := s.pods
+	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
+	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+		pod := &corev1.Pod{}
+		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod)
+	}
+	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log}
+	p.tracked = s.metrics.setTracked
+	p.ready = s.ready
+
 	if w := o.Webhook; w != nil {
 		if w.Certs == nil || w.Listener == nil {
 			return nil, errors.New("server: the webhook needs a listener and certificates")
 		}
 		w.Certs.Client, w.Certs.Log = cs, o.Log
-		if w.Settings.ImageVolume && !imageVolumesByDefault(cs.Discovery(), o.Log) {
-			w.Settings.ImageVolume = false
+		if w.Settings.ImageVolume {
+			w.Settings.ImageVolume = s.imageVolumes(cs)
 		}
 	}
-	if o.ELBv2 != nil {
-		pc := o.Poller
-		pc.Metrics = s.metrics.elbv2Call
-		s.poller = elbv2.New(o.ELBv2, pc)
-	}
 	return s, nil
-}
-
-func bindingObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(TargetGroupBindingGVK)
-	return u
 }
 
 // Run watches the cluster and serves until ctx ends, then shuts down: the
@@ -224,41 +206,77 @@ func bindingObject() *unstructured.Unstructured {
 func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.mu.Lock()
-	s.runCtx = ctx
-	s.mu.Unlock()
 	defer s.shutdown()
 
-	if err := s.cache.IndexField(ctx, &discoveryv1.EndpointSlice{}, addressIndex, sliceAddresses); err != nil {
-		return fmt.Errorf("server: index EndpointSlices: %w", err)
-	}
 	podInf, err := s.cache.GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("server: pod informer: %w", err)
 	}
 	if _, err := podInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { s.podChanged(o) },
-		UpdateFunc: func(_, o any) { s.podChanged(o) },
-		DeleteFunc: s.podDeleted,
+		AddFunc:    s.pods.podChanged,
+		UpdateFunc: func(_, o any) { s.pods.podChanged(o) },
+		DeleteFunc: s.pods.podDeleted,
 	}); err != nil {
 		return err
 	}
-	sliceInf, err := s.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		return fmt.Errorf("server: EndpointSlice informer: %w", err)
+	for _, src := range s.sources {
+		if err := src.Start(ctx, s.cache, s.pods.routesChanged); err != nil {
+			return fmt.Errorf("server: %s routes: %w", src.Kind(), err)
+		}
 	}
-	if _, err := sliceInf.AddEventHandler(namespaceHandler(s.namespaceChanged)); err != nil {
+	if s.targets == nil {
+		s.log.Warn("no ELBv2 client: target-group routes are off; only EndpointSlices are waited for")
+	}
+
+	errc := make(chan error, 4) // fatal errors: the cache or a listener failing
+	go func() { errc <- s.cache.Start(ctx) }()
+	h, err := s.serve(ctx, errc)
+	if err != nil {
 		return err
 	}
+	if s.waitSynced(ctx, errc, podInf) {
+		s.pods.synced.Store(true)
+		s.log.Info("caches synced: pods")
+		s.pods.routesChanged("", "")
+		go s.janitor(ctx)
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	h.stop()
+	return err
+}
 
-	errc := make(chan error, 3)
-	go func() { errc <- s.cache.Start(ctx) }()
+// waitSynced waits for the pod cache, a fatal error or ctx; a fatal error
+// is put back for Run.
+func (s *Server) waitSynced(ctx context.Context, errc chan error, inf cache.Informer) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case err := <-errc:
+			errc <- err
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
+}
 
-	shutdown := make(chan struct{})
-	var servers []*http.Server
-	serve := func(ln net.Listener, h http.Handler) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: s.o.MaxWait + 15*time.Second, IdleTimeout: 2 * time.Minute}
-		servers = append(servers, srv)
+// httpServers are the server's listeners in use.
+type httpServers struct {
+	servers  []*http.Server
+	shutdown chan struct{} // closed at shutdown: long-polls answer at once
+}
+
+// serve starts the wait API, the webhook and the metrics, each where
+// configured.
+func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, error) {
+	h := &httpServers{shutdown: make(chan struct{})}
+	serve := func(ln net.Listener, handler http.Handler) {
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: s.o.MaxWait + 15*time.Second, IdleTimeout: 2 * time.Minute}
+		h.servers = append(h.servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("server: serve %s: %w", ln.Addr(), err)
@@ -266,14 +284,15 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	if s.o.Listener != nil {
-		serve(s.o.Listener, waitapi.NewHandler(s, waitapi.Config{
-			MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: shutdown,
+		serve(s.o.Listener, waitapi.NewHandler(s.pods, waitapi.Config{
+			MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown,
 		}))
 		s.log.Info("serving the wait API", "addr", s.o.Listener.Addr().String())
 	}
 	if w := s.o.Webhook; w != nil {
 		if err := s.startWebhook(ctx, w, serve); err != nil {
-			return err
+			h.stop()
+			return nil, err
 		}
 	}
 	if s.o.Metrics != nil {
@@ -281,63 +300,23 @@ func (s *Server) Run(ctx context.Context) error {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.o.Registry, promhttp.HandlerOpts{Registry: s.o.Registry}))
 		serve(s.o.Metrics, mux)
 	}
-
-	syncCtx, syncDone := context.WithCancel(ctx)
-	go func() {
-		// A fatal error (the cache or a listener failing) ends the wait.
-		select {
-		case err := <-errc:
-			errc <- err
-			syncDone()
-		case <-syncCtx.Done():
-		}
-	}()
-	synced := toolscache.WaitForCacheSync(syncCtx.Done(), podInf.HasSynced, sliceInf.HasSynced)
-	syncDone()
-	if !synced {
-		return s.stop(ctx, errc, shutdown, servers)
-	}
-	s.synced.Store(true)
-	s.log.Info("caches synced: pods and EndpointSlices")
-	go s.watchBindings(ctx)
-	go s.janitor(ctx)
-	return s.stop(ctx, errc, shutdown, servers)
+	return h, nil
 }
 
-// stop waits for ctx or a fatal error, then stops the HTTP servers.
-func (s *Server) stop(ctx context.Context, errc chan error, shutdown chan struct{}, servers []*http.Server) error {
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	close(shutdown)
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// stop answers the long-polls in progress and stops the HTTP servers.
+func (h *httpServers) stop() {
+	close(h.shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, srv := range servers {
-		srv.Shutdown(sctx)
+	for _, srv := range h.servers {
+		srv.Shutdown(ctx)
 	}
-	return err
 }
 
 func (s *Server) shutdown() {
-	s.mu.Lock()
-	s.closed = true
-	var waiters []*elbv2.Waiter
-	for _, st := range s.pods {
-		if st.timer != nil {
-			st.timer.Stop()
-		}
-		for _, g := range st.groups {
-			if g.waiter != nil {
-				waiters = append(waiters, g.waiter)
-				g.waiter = nil
-			}
-		}
-	}
-	s.mu.Unlock()
-	for _, w := range waiters {
-		w.Close()
+	s.pods.close()
+	if s.targets != nil {
+		s.targets.Close()
 	}
 	if s.poller != nil {
 		s.poller.Close()
@@ -345,104 +324,25 @@ func (s *Server) shutdown() {
 	s.events.Shutdown()
 }
 
-// ready is /readyz: the caches hold pods and slices (and
-// TargetGroupBindings, once their CRD was found).
+// ready is /readyz, and the wait API's precondition: the pod cache synced
+// and every route source can observe. Not the webhook's certificate: a
+// replica that cannot serve the webhook still answers agents, and an
+// unready gate would send every agent to its fallback timer. Certificate
+// trouble is logged and shows in draingate_webhook_certificate_ready; the
+// webhook fails open.
 func (s *Server) ready() error {
-	// Not the webhook's certificate: a replica that cannot serve the
-	// webhook still answers agents, and an unready gate would send every
-	// agent to its fallback timer. Certificate trouble is logged and shows
-	// in draingate_webhook_certificate_ready; the webhook fails open.
-	return s.cachesReady()
-}
-
-// cachesReady says whether the gate can answer.
-func (s *Server) cachesReady() error {
-	if !s.synced.Load() {
-		return errors.New("the pod and EndpointSlice caches have not synced yet")
+	if !s.pods.synced.Load() {
+		return errors.New("the pod cache has not synced yet")
 	}
-	if s.poller != nil && !s.bindingsKnown.Load() {
-		return errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
-	}
-	if s.bindingsOn.Load() && !s.bindingsSync.Load() {
-		return errors.New("the TargetGroupBinding cache has not synced yet")
+	for _, src := range s.sources {
+		if err := src.Ready(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// watchBindings looks for the TargetGroupBinding CRD until it appears, then
-// starts its informer. Until then target-group routes are off, which the
-// log says once.
-func (s *Server) watchBindings(ctx context.Context) {
-	if s.poller == nil {
-		s.log.Warn("no ELBv2 client: target-group routes are off; only EndpointSlices are waited for")
-		return
-	}
-	gv := TargetGroupBindingGVK.GroupVersion().String()
-	said := false
-	for {
-		found, err := s.bindingsInstalled(gv)
-		switch {
-		case err != nil:
-			// Not knowing is not "absent": until discovery answers, the
-			// gate answers no verdicts (rule 1).
-			s.log.Error("cannot tell whether the TargetGroupBinding CRD is installed; not answering until discovery does", "err", err)
-		case found:
-		default:
-			s.bindingsKnown.Store(true)
-			if !said {
-				s.log.Warn("the TargetGroupBinding CRD (" + gv + ") is not installed: target-group routes are off until it appears")
-				said = true
-			}
-		}
-		if found {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.o.CRDInterval):
-		}
-	}
-	s.bindingsOn.Store(true)
-	s.bindingsKnown.Store(true)
-	inf, err := s.cache.GetInformer(ctx, bindingObject(), cache.BlockUntilSynced(false))
-	if err != nil {
-		s.log.Error("TargetGroupBinding informer", "err", err)
-		return
-	}
-	if _, err := inf.AddEventHandler(namespaceHandler(s.namespaceChanged)); err != nil {
-		s.log.Error("TargetGroupBinding informer", "err", err)
-		return
-	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return
-	}
-	s.bindingsSync.Store(true)
-	s.log.Info("caches synced: TargetGroupBindings; target-group routes are on")
-	s.namespaceChanged("")
-}
-
-// bindingsInstalled asks discovery whether gv serves TargetGroupBindings. A
-// group version that is not served at all is "not installed", any other
-// error is an error.
-func (s *Server) bindingsInstalled(gv string) (bool, error) {
-	res, err := s.disc.ServerResourcesForGroupVersion(gv)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	for _, r := range res.APIResources {
-		if r.Kind == TargetGroupBindingGVK.Kind {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// janitor stops polling target groups for pods whose agents stopped asking,
-// and forgets pods that are no longer in the cache.
+// janitor sweeps the tracked pods every few seconds (see pods.sweep).
 func (s *Server) janitor(ctx context.Context) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
@@ -451,83 +351,7 @@ func (s *Server) janitor(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		now := s.o.Now()
-		var closing []*elbv2.Waiter
-		s.mu.Lock()
-		for key, st := range s.pods {
-			if !s.podCachedLocked(st) {
-				// The delete event raced a verdict that re-made the state.
-				s.dropLocked(key)
-				continue
-			}
-			if len(s.subs[key]) > 0 || st.asked.IsZero() || now.Sub(st.asked) < s.o.Linger {
-				continue
-			}
-			st.asked = time.Time{}
-			for _, g := range st.groups {
-				if g.waiter != nil {
-					closing = append(closing, g.waiter)
-					g.waiter = nil
-				}
-			}
-		}
-		s.mu.Unlock()
-		for _, w := range closing {
-			w.Close()
-		}
-		s.metrics.setTracked()
-	}
-}
-
-func namespaceHandler(f func(ns string)) toolscache.ResourceEventHandler {
-	ns := func(o any) {
-		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = t.Obj
-		}
-		if c, ok := o.(client.Object); ok {
-			f(c.GetNamespace())
+			s.pods.sweep(s.o.Now())
 		}
 	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    ns,
-		UpdateFunc: func(_, o any) { ns(o) },
-		DeleteFunc: ns,
-	}
-}
-
-// backoffLoop calls f until it succeeds or ctx ends, waiting 1 s, 2 s, ...
-// up to 30 s (jittered) between failures.
-func backoffLoop(ctx context.Context, f func() error) {
-	for n := 0; ; n++ {
-		if f() == nil {
-			return
-		}
-		d := min(time.Second<<min(n, 5), 30*time.Second)
-		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
-	}
-}
-
-// imageVolumesByDefault reports whether the API server is 1.35 or newer,
-// where image volumes are on by default; otherwise the injector copies the
-// agent with an init container, and the log says why.
-func imageVolumesByDefault(d discovery.DiscoveryInterface, log *slog.Logger) bool {
-	v, err := d.ServerVersion()
-	if err != nil {
-		log.Warn("cannot read the API server's version: injecting the agent with an init container, not an image volume", "err", err)
-		return false
-	}
-	var major, minor int
-	fmt.Sscanf(v.Major, "%d", &major)
-	fmt.Sscanf(strings.TrimSuffix(v.Minor, "+"), "%d", &minor)
-	if major > 1 || major == 1 && minor >= 35 {
-		return true
-	}
-	log.Warn("image volumes are on by default from Kubernetes 1.35; this API server is older: injecting the agent with an init container instead", "version", v.GitVersion)
-	return false
 }

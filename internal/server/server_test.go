@@ -29,6 +29,7 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route/targetgroup"
 	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
@@ -37,7 +38,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Short tails keep the tests quick; the tests assert orders and states.
-var testTails = gate.Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: 3 * time.Second}
+var testTails = Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: 3 * time.Second}
 
 // fixture is one terminating-to-be pod behind two Services ("a", "b") and
 // one `ip` target group (bound to "a"), with the emulator holding its
@@ -291,7 +292,7 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 	if len(v.Routes) != 3 {
 		t.Fatalf("routes %+v, want the two Services and the target group", v.Routes)
 	}
-	if g := routeStates(v)[group]; v.Released || g.State != gate.TargetHealthy {
+	if g := routeStates(v)[group]; v.Released || g.State != "healthy" {
 		t.Fatalf("slices closed, target group %q: released=%v (%s), want held while the target is healthy", g.State, v.Released, v.Message)
 	}
 	// One more long-poll that ends by its wait, not by a release.
@@ -366,7 +367,7 @@ func TestRestartMidWait(t *testing.T) {
 	var v api.Verdict
 	waitFor(t, ctx, "the first server sees the target draining", func() bool {
 		v = f.ask(ctx, first, 0)
-		return routeStates(v)[group].State == gate.TargetDraining
+		return routeStates(v)[group].State == "draining"
 	})
 	firstTail := routeStates(v)[group].TailEnds
 	if v.Released || firstTail == nil {
@@ -533,7 +534,7 @@ func TestTargetGroupCRDAppearsLater(t *testing.T) {
 		if v.Released {
 			t.Fatalf("released with the target still healthy: %s", v.Message)
 		}
-		return routeStates(v)[group].State == gate.TargetHealthy
+		return routeStates(v)[group].State == "healthy"
 	})
 }
 
@@ -550,7 +551,7 @@ func removeCRD(t *testing.T, ctx context.Context, c *testenv.Cluster) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the TargetGroupBinding CRD gone", func() bool {
-		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(TargetGroupBindingGVK.GroupVersion().String())
+		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(targetgroup.BindingGVK.GroupVersion().String())
 		return apierrors.IsNotFound(err)
 	})
 }

@@ -11,11 +11,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"draingate.dev/draingate/internal/backoff"
 	"draingate.dev/draingate/internal/inject"
 )
+
+// imageVolumes reports whether the API server has image volumes on by
+// default; otherwise the injector copies the agent with an init container,
+// and the log says why.
+func (s *Server) imageVolumes(cs kubernetes.Interface) bool {
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		s.log.Warn("cannot read the API server's version: injecting the agent with an init container, not an image volume", "err", err)
+		return false
+	}
+	if !inject.ImageVolumesOnByDefault(v) {
+		s.log.Warn("image volumes are on by default from Kubernetes 1.35; this API server is older: injecting the agent with an init container instead", "version", v.GitVersion)
+		return false
+	}
+	return true
+}
 
 // Version is draingate's version, written into injected pods' annotation.
 const Version = "0.1.0"
@@ -28,15 +46,15 @@ func namespaceObject() *metav1.PartialObjectMetadata {
 	return m
 }
 
-func transformNamespace(obj any) (any, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
+// transformNamespace keeps a namespace's identity and labels.
+func transformNamespace(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta}
 	out.Name, out.UID, out.ResourceVersion, out.Labels = m.Name, m.UID, m.ResourceVersion, m.Labels
-	return out, nil
+	return out
 }
+
+// certRetry paces attempts to load or make the webhook's certificate.
+var certRetry = backoff.Policy{Min: time.Second, Max: 30 * time.Second}
 
 // startWebhook loads the certificate (retrying in the background while it
 // cannot: the webhook then refuses TLS and the API server applies the
@@ -56,7 +74,7 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 		return fmt.Errorf("server: namespace informer: %w", err)
 	}
 	go func() {
-		backoffLoop(ctx, func() error {
+		backoff.Retry(ctx, certRetry, func() error {
 			err := w.Certs.Sync(ctx)
 			if err != nil {
 				s.log.Error("webhook certificate not ready; pods are admitted without injection until it is", "err", err)

@@ -24,11 +24,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,46 +104,6 @@ func New(cfg Config) *Source {
 // Kind implements route.Source.
 func (s *Source) Kind() string { return Kind }
 
-// Transform implements route.Source: a binding keeps its identity and the
-// spec fields the gate reads (targetGroupARN, targetType, serviceRef).
-func (s *Source) Transform(obj any) (any, bool) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || u.GroupVersionKind().GroupKind() != BindingGVK.GroupKind() {
-		return obj, false
-	}
-	out := &unstructured.Unstructured{Object: map[string]any{}}
-	out.SetGroupVersionKind(u.GroupVersionKind())
-	out.SetName(u.GetName())
-	out.SetNamespace(u.GetNamespace())
-	out.SetUID(u.GetUID())
-	out.SetResourceVersion(u.GetResourceVersion())
-	spec := map[string]any{}
-	for _, k := range []string{"targetGroupARN", "targetType", "serviceRef"} {
-		if v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", k); ok {
-			spec[k] = v
-		}
-	}
-	out.Object["spec"] = spec
-	return out, true
-}
-
-// Binding is the part of a TargetGroupBinding the gate reads.
-type Binding struct {
-	Namespace, Name string
-	ARN             string
-	TargetType      string
-	Service         string
-}
-
-// BindingFrom reads a binding.
-func BindingFrom(u *unstructured.Unstructured) Binding {
-	b := Binding{Namespace: u.GetNamespace(), Name: u.GetName()}
-	b.ARN, _, _ = unstructured.NestedString(u.Object, "spec", "targetGroupARN")
-	b.TargetType, _, _ = unstructured.NestedString(u.Object, "spec", "targetType")
-	b.Service, _, _ = unstructured.NestedString(u.Object, "spec", "serviceRef", "name")
-	return b
-}
-
 // Start implements route.Source: it looks for the CRD in the background
 // until it appears, then starts the bindings' informer.
 func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespace, name string)) error {
@@ -153,10 +111,6 @@ func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespac
 	s.cache, s.changed = c, changed
 	s.mu.Unlock()
 	go s.watchCRD(ctx)
-	go func() {
-		<-ctx.Done()
-		s.closeAll()
-	}()
 	return nil
 }
 
@@ -169,73 +123,6 @@ func (s *Source) Ready() error {
 		return errors.New("the TargetGroupBinding cache has not synced yet")
 	}
 	return nil
-}
-
-// watchCRD looks for the CRD until it appears, then starts its informer.
-// Until then target-group routes are off, which the log says once.
-func (s *Source) watchCRD(ctx context.Context) {
-	gv := BindingGVK.GroupVersion().String()
-	said := false
-	for {
-		found, err := s.installed(gv)
-		switch {
-		case err != nil:
-			// Not knowing is not "absent": until discovery answers, the
-			// gate answers no verdicts (rule 1).
-			s.cfg.Log.Error("cannot tell whether the TargetGroupBinding CRD is installed; not answering until discovery does", "err", err)
-		case !found:
-			s.known.Store(true)
-			if !said {
-				s.cfg.Log.Warn("the TargetGroupBinding CRD (" + gv + ") is not installed: target-group routes are off until it appears")
-				said = true
-			}
-		}
-		if found {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.cfg.CRDInterval):
-		}
-	}
-	s.on.Store(true)
-	s.known.Store(true)
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(BindingGVK)
-	inf, err := s.cache.GetInformer(ctx, u, cache.BlockUntilSynced(false))
-	if err == nil {
-		_, err = inf.AddEventHandler(route.NamespaceHandler(s.changed))
-	}
-	if err != nil {
-		s.cfg.Log.Error("TargetGroupBinding informer", "err", err)
-		return
-	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return
-	}
-	s.synced.Store(true)
-	s.cfg.Log.Info("caches synced: TargetGroupBindings; target-group routes are on")
-	s.changed("", "")
-}
-
-// installed asks discovery whether gv serves TargetGroupBindings. A group
-// version that is not served at all is "not installed", any other error is
-// an error.
-func (s *Source) installed(gv string) (bool, error) {
-	res, err := s.cfg.Discovery.ServerResourcesForGroupVersion(gv)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	for _, r := range res.APIResources {
-		if r.Kind == BindingGVK.Kind {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // Observe implements route.Source: one route per `ip` binding whose
@@ -333,7 +220,9 @@ func (s *Source) Forget(pod route.PodKey) {
 	}
 }
 
-func (s *Source) closeAll() {
+// Close stops polling for every pod; the server calls it at shutdown,
+// before closing the poller.
+func (s *Source) Close() {
 	s.mu.Lock()
 	all := s.waiters
 	s.waiters = map[route.PodKey]map[string]*elbv2.Waiter{}

@@ -1,0 +1,88 @@
+package endpointslice
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestJudge(t *testing.T) {
+	ready := Endpoint{Ready: true, Serving: true}
+	servingTerm := Endpoint{Serving: true, Terminating: true}
+	term := Endpoint{Terminating: true}
+	for _, c := range []struct {
+		name              string
+		e                 Endpoint
+		present, fallback bool
+		state             string
+		out               bool
+	}{
+		{"ready", ready, true, false, StateReady, false},
+		{"terminating", servingTerm, true, false, StateTerminating, true},
+		{"terminating, not serving", term, true, false, StateTerminating, true},
+		{"not ready", Endpoint{}, true, false, StateNotReady, true},
+		{"gone", Endpoint{}, false, false, StateGone, true},
+		{"serving terminating fallback", servingTerm, true, true, StateTerminatingServing, false},
+		{"fallback needs serving", term, true, true, StateTerminating, true},
+	} {
+		o := Judge(c.e, c.present, c.fallback)
+		if o.State != c.state || o.Out != c.out || o.Kind != Kind || !o.Synced || o.NotRoute || o.What == "" || o.TailName != "EndpointSlice" {
+			t.Errorf("%s: %+v, want state %q out %v", c.name, o, c.state, c.out)
+		}
+	}
+}
+
+func TestEndpointOfAndRank(t *testing.T) {
+	ready := endpointOf(discoveryv1.Endpoint{})
+	servingTerm := endpointOf(discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}})
+	gone := endpointOf(discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}})
+	if !ready.Ready || !ready.Serving || ready.Terminating {
+		t.Errorf("nil conditions: %+v, want ready and serving", ready)
+	}
+	if !(ready.rank() > servingTerm.rank() && servingTerm.rank() > gone.rank()) {
+		t.Errorf("ranks ready %d, serving-terminating %d, terminating %d: want decreasing", ready.rank(), servingTerm.rank(), gone.rank())
+	}
+}
+
+func TestIsPod(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}}
+	for _, c := range []struct {
+		name string
+		e    discoveryv1.Endpoint
+		want bool
+	}{
+		{"same uid", discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1"}}, true},
+		{"ip reused by a newer pod", discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-2", UID: "u2"}}, false},
+		{"no target ref", discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}, true},
+		{"other address", discoveryv1.Endpoint{Addresses: []string{"10.0.0.2"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1"}}, false},
+	} {
+		if got := isPod(c.e, "10.0.0.1", pod); got != c.want {
+			t.Errorf("%s: isPod = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestTransformKeepsWhatTheGateReads(t *testing.T) {
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "a-x", Namespace: "ns", Labels: map[string]string{serviceNameLabel: "a", "other": "y"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Terminating: ptr.To(true)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1", ResourceVersion: "9"}, NodeName: ptr.To("n")}},
+		Ports: []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
+	}
+	o, ok := New(0).Transform(sl)
+	s := o.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[serviceNameLabel] != "a" || len(s.Labels) != 1 || s.Ports != nil || s.Endpoints[0].NodeName != nil {
+		t.Errorf("slice transform: %+v", s)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}}
+	if !isPod(s.Endpoints[0], "10.0.0.1", pod) || !endpointOf(s.Endpoints[0]).Terminating || routeName(s) != "ns/a" {
+		t.Errorf("slice transform lost the endpoint's pod, conditions or Service: %+v", s)
+	}
+	if _, ok := New(0).Transform(pod); ok {
+		t.Errorf("the slice source claimed a pod")
+	}
+}

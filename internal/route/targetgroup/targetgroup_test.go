@@ -1,0 +1,110 @@
+package targetgroup
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/sim/lbc"
+)
+
+// TestJudge has one case per DescribeTargetHealth state (docs/facts.md,
+// "ELBv2 API").
+func TestJudge(t *testing.T) {
+	s := New(Config{Tails: DefaultTails()})
+	for _, c := range []struct {
+		name, state, reason string
+		registered          bool
+		out, notRoute       bool
+		detail              string
+	}{
+		{"initial", "initial", "Elb.RegistrationInProgress", true, false, false, "may send"},
+		{"initial health checking", "initial", "Elb.InitialHealthChecking", true, false, false, "InitialHealthChecking"},
+		{"healthy", "healthy", "", true, false, false, "may send"},
+		{"unhealthy", "unhealthy", "Target.FailedHealthChecks", true, false, false, "may send"},
+		{"unhealthy.draining", "unhealthy.draining", "", true, false, false, "NLB may still send"},
+		{"unavailable", "unavailable", "Elb.InternalError", true, false, false, "health checks are disabled"},
+		{"unknown state", "sleeping", "", true, false, false, "unknown to draingate"},
+		{"healthy never expected is still a route", "healthy", "", false, false, false, "may send"},
+		{"draining", "draining", "Target.DeregistrationInProgress", true, true, false, "DeregistrationInProgress"},
+		{"draining proves registration", "draining", "Target.DeregistrationInProgress", false, true, false, "draining"},
+		{"unused NotRegistered", "unused", "Target.NotRegistered", true, true, false, "NotRegistered"},
+		{"unused NotInUse", "unused", "Target.NotInUse", true, true, false, "NotInUse"},
+		{"unused InvalidState", "unused", "Target.InvalidState", true, true, false, "InvalidState"},
+		{"unused IpUnusable", "unused", "Target.IpUnusable", true, true, false, "IpUnusable"},
+		{"absent after registered", "", "", true, true, false, "absent from the full listing"},
+		{"NotRegistered from the start", "unused", "Target.NotRegistered", false, true, true, "never registered"},
+		{"absent from the start", "", "", false, true, true, "never registered"},
+	} {
+		o := s.Judge(c.state, c.reason, elbv2.TypeApplication, c.registered)
+		if o.Out != c.out || o.NotRoute != c.notRoute || !o.Synced || o.Kind != Kind || !strings.Contains(o.What, c.detail) {
+			t.Errorf("%s: %+v, want out %v notRoute %v, detail with %q", c.name, o, c.out, c.notRoute, c.detail)
+		}
+		if want := c.state; want == "" && o.State != StateAbsent || want != "" && o.State != want {
+			t.Errorf("%s: state %q", c.name, o.State)
+		}
+	}
+}
+
+func TestTailByLoadBalancerType(t *testing.T) {
+	s := New(Config{Tails: Tails{ALB: time.Second, NLB: 2 * time.Second}})
+	for _, c := range []struct {
+		lbType string
+		tail   time.Duration
+		name   string
+	}{
+		{elbv2.TypeApplication, time.Second, "ALB"},
+		{elbv2.TypeNetwork, 2 * time.Second, "NLB"},
+		{"", 2 * time.Second, "unknown type"},
+		{elbv2.TypeGateway, 2 * time.Second, `"gateway"`},
+	} {
+		o := s.Judge("draining", "", c.lbType, true)
+		if o.Tail != c.tail || !strings.Contains(o.TailName, c.name) {
+			t.Errorf("type %q: tail %v %q, want %v naming %s", c.lbType, o.Tail, o.TailName, c.tail, c.name)
+		}
+	}
+	if s := New(Config{Tails: Tails{ALB: -time.Second}}); s.Judge("draining", "", elbv2.TypeApplication, true).Tail != 0 {
+		t.Errorf("a negative tail does not count as zero")
+	}
+}
+
+func TestTargetOfPrefersTheMostInState(t *testing.T) {
+	targets := map[elbv2.Target]elbv2.Health{
+		{ID: "10.0.0.1", Port: 80}:   {State: "draining", Reason: "Target.DeregistrationInProgress"},
+		{ID: "10.0.0.1", Port: 9090}: {State: "healthy"},
+		{ID: "10.0.0.2", Port: 80}:   {State: "healthy"},
+	}
+	if s, _ := TargetOf(targets, []string{"10.0.0.1"}); s != "healthy" {
+		t.Errorf("state %q: a pod with one target still healthy is still in", s)
+	}
+	delete(targets, elbv2.Target{ID: "10.0.0.1", Port: 9090})
+	if s, r := TargetOf(targets, []string{"10.0.0.1"}); s != "draining" || r != "Target.DeregistrationInProgress" {
+		t.Errorf("state %q reason %q, want draining", s, r)
+	}
+	if s, _ := TargetOf(targets, []string{"10.0.0.9"}); s != "" {
+		t.Errorf("absent target has state %q", s)
+	}
+}
+
+func TestTransformKeepsWhatTheGateReads(t *testing.T) {
+	b := lbc.Binding{Namespace: "ns", Name: "web", TargetGroupARN: "arn:tg", TargetType: "ip", ServiceName: "a", ServicePort: intstr.FromInt32(80)}.Object()
+	b.Object["status"] = map[string]any{"observedGeneration": int64(3)}
+	o, ok := New(Config{}).Transform(b)
+	u := o.(*unstructured.Unstructured)
+	if got := BindingFrom(u); !ok || got != (Binding{Namespace: "ns", Name: "web", ARN: "arn:tg", TargetType: "ip", Service: "a"}) {
+		t.Errorf("binding after transform: %+v", got)
+	}
+	if _, ok := u.Object["status"]; ok {
+		t.Errorf("binding transform kept the status")
+	}
+	other := &unstructured.Unstructured{}
+	other.SetAPIVersion("v1")
+	other.SetKind("ConfigMap")
+	if _, ok := New(Config{}).Transform(other); ok {
+		t.Errorf("the target-group source claimed a ConfigMap")
+	}
+}

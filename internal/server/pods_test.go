@@ -1,0 +1,327 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/waitapi"
+)
+
+// The per-pod state machine, without a cluster: a map stands for the pod
+// cache and a scripted source for the routes. Time is synctest's.
+
+// scripted is a route source whose routes the test sets: the same for
+// every pod. A known route it no longer lists is reported gone.
+type scripted struct {
+	mu      sync.Mutex
+	routes  map[string]bool // name → out
+	err     error
+	waiting []bool
+	known   [][]string
+	forgot  []route.PodKey
+}
+
+func (s *scripted) Kind() string                                                   { return "test" }
+func (s *scripted) Transform(o any) (any, bool)                                    { return o, false }
+func (s *scripted) Ready() error                                                   { return nil }
+func (s *scripted) Start(context.Context, cache.Cache, func(string, string)) error { return nil }
+
+func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting, s.known = append(s.waiting, waiting), append(s.known, known)
+	if s.err != nil {
+		return nil, s.err
+	}
+	names := maps.Clone(s.routes)
+	for _, k := range known {
+		if _, ok := names[k]; !ok {
+			names[k] = true
+		}
+	}
+	var out []gate.Observation
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test"}
+		if names[n] {
+			o.State, o.Out, o.What = "out", true, "dropped"
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+func (s *scripted) Forget(k route.PodKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgot = append(s.forgot, k)
+}
+
+func (s *scripted) set(routes map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.routes = routes
+}
+
+func (s *scripted) lastWaiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting[len(s.waiting)-1]
+}
+
+// rig is a pods with its fake cache, source and recorder.
+type rig struct {
+	*pods
+	src    *scripted
+	rec    *record.FakeRecorder
+	mu     sync.Mutex
+	cached map[string]*corev1.Pod
+}
+
+func newRig() *rig {
+	r := &rig{pods: newPods(), src: &scripted{routes: map[string]bool{"a": false}}, rec: record.NewFakeRecorder(100), cached: map[string]*corev1.Pod{}}
+	r.now, r.sources, r.reserve, r.linger = time.Now, []route.Source{r.src}, 5*time.Second, time.Minute
+	r.get = func(_ context.Context, ns, name string) (*corev1.Pod, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if p := r.cached[ns+"/"+name]; p != nil {
+			return p.DeepCopy(), nil
+		}
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+	}
+	r.events = &events{rec: r.rec, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r.ready = func() error { return nil }
+	r.synced.Store(true)
+	return r
+}
+
+// put stores the pod in the fake cache and delivers the informer event.
+func (r *rig) put(uid string, terminating bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: types.UID(uid)}}
+	if terminating {
+		p.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(10 * time.Minute)}
+	}
+	r.mu.Lock()
+	r.cached["shop/web"] = p
+	r.mu.Unlock()
+	r.podChanged(p.DeepCopy())
+	return p
+}
+
+func (r *rig) remove(deliver bool) {
+	r.mu.Lock()
+	p := r.cached["shop/web"]
+	delete(r.cached, "shop/web")
+	r.mu.Unlock()
+	if deliver {
+		r.podDeleted(p)
+	}
+}
+
+func (r *rig) ask(t *testing.T, uid string) api.Verdict {
+	t.Helper()
+	v, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: uid})
+	if err != nil {
+		t.Fatalf("Verdict: %v", err)
+	}
+	return v
+}
+
+func (r *rig) state() *podState {
+	r.pods.mu.Lock()
+	defer r.pods.mu.Unlock()
+	return r.pods.pods["shop/web"]
+}
+
+func (r *rig) eventReasons() []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.rec.Events:
+			out = append(out, strings.Fields(e)[1])
+		default:
+			return out
+		}
+	}
+}
+
+// A new terminating pod: tracked from its first event, so the tail starts
+// when the source first says out, not when the agent first asks; released
+// after the tail by the pod's own timer, which wakes its long-polls; the
+// Events are written once each.
+func TestPodsNewPod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.put("u1", false)
+		if r.state() != nil {
+			t.Fatal("a pod that is not terminating is tracked")
+		}
+		if v := r.ask(t, "u1"); v.Reason != api.ReasonNotTerminating {
+			t.Fatalf("before deletion: %+v", v)
+		}
+		deleted := time.Now()
+		r.put("u1", true)
+		time.Sleep(3 * time.Second)
+		r.src.set(map[string]bool{"a": true}) // the owner drops the pod...
+		r.routesChanged("shop", "")           // ...and the source says so
+		out := time.Now()
+		time.Sleep(4 * time.Second)
+
+		v := r.ask(t, "u1")
+		if v.Released || time.Duration(v.Waited) != time.Since(deleted) || !v.Routes[0].Since.Equal(out) {
+			t.Fatalf("first ask: %+v; want held, waited since the deletion event, out since the source said so", v)
+		}
+		if !r.src.lastWaiting() {
+			t.Errorf("the source was not told the pod waits")
+		}
+		ch, stop := r.Changed(api.DrainRequest{Namespace: "shop", Pod: "web"})
+		defer stop()
+		time.Sleep(out.Add(10*time.Second).Sub(time.Now()) - time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-ch:
+			t.Fatal("woken before the tail ended")
+		default:
+		}
+		time.Sleep(time.Second)
+		<-ch // the timer re-decided and woke the long-poll
+		v = r.ask(t, "u1")
+		r.ask(t, "u1")
+		if !v.Released || v.Reason != api.ReasonDrained {
+			t.Fatalf("after the tail: %+v", v)
+		}
+		if got := r.eventReasons(); !slices.Equal(got, []string{EventWaitStarted, EventReleased}) {
+			t.Errorf("events %v, want one wait-started and one released", got)
+		}
+	})
+}
+
+// A pod re-created under the same name: the old incarnation's state is
+// dropped (its source work forgotten) and the new one starts afresh; an
+// agent of the old one is told its UID is gone.
+func TestPodsUIDChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.put("u1", true)
+		r.src.set(map[string]bool{"a": true, "b": true})
+		r.ask(t, "u1")
+		first := r.state()
+		time.Sleep(time.Minute)
+
+		r.src.set(map[string]bool{"c": false})
+		r.put("u2", true)
+		st := r.state()
+		if st == first || st.key.UID != "u2" || !st.mem.TerminatingSince.Equal(time.Now()) {
+			t.Fatalf("state after the UID change: %+v", st)
+		}
+		if got := st.mem.Known("test"); !slices.Equal(got, []string{"c"}) {
+			t.Errorf("the new pod inherited routes: %v", got)
+		}
+		if !slices.Contains(r.src.forgot, first.key) {
+			t.Errorf("the old pod was not forgotten: %v", r.src.forgot)
+		}
+		if _, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u1"}); !errors.Is(err, waitapi.ErrUIDMismatch) {
+			t.Errorf("old agent: %v, want ErrUIDMismatch", err)
+		}
+	})
+}
+
+// The janitor: a pod gone from the cache without a delete event is
+// dropped; a pod whose agent stopped asking is forgotten by the sources
+// after the linger, and observed as not waiting from then on; a routes
+// the source no longer lists stays a route (reported through known).
+func TestPodsJanitor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.put("u1", true)
+		r.ask(t, "u1")
+		r.sweep(time.Now().Add(30 * time.Second))
+		if len(r.src.forgot) != 0 {
+			t.Fatalf("forgotten within the linger: %v", r.src.forgot)
+		}
+		r.sweep(time.Now().Add(time.Minute))
+		if len(r.src.forgot) != 1 || !r.state().asked.IsZero() {
+			t.Fatalf("after the linger: forgot %v, asked %v", r.src.forgot, r.state().asked)
+		}
+		r.src.set(map[string]bool{})
+		r.routesChanged("", "")
+		if r.src.lastWaiting() {
+			t.Errorf("observed as waiting after the linger")
+		}
+		if got := r.src.known[len(r.src.known)-1]; !slices.Equal(got, []string{"a"}) {
+			t.Errorf("known %v: the dropped route was not reported", got)
+		}
+
+		r.remove(false)
+		r.sweep(time.Now())
+		if r.state() != nil {
+			t.Fatal("a pod gone from the cache is still tracked")
+		}
+		r.put("u2", true)
+		r.remove(true)
+		if r.state() != nil {
+			t.Fatal("a deleted pod is still tracked")
+		}
+	})
+}
+
+// A restarted server (a new pods) sees the terminating pod afresh: its
+// tail starts from its own first observation, so it never releases earlier
+// than the first would have.
+func TestPodsRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		first := newRig()
+		first.src.set(map[string]bool{"a": true})
+		first.put("u1", true)
+		firstEnd := *first.ask(t, "u1").Routes[0].TailEnds
+		first.close()
+		time.Sleep(4 * time.Second)
+
+		second := newRig()
+		second.src.set(map[string]bool{"a": true})
+		second.put("u1", true)
+		v := second.ask(t, "u1")
+		if v.Released || !v.Routes[0].TailEnds.After(firstEnd) || !v.Routes[0].Since.Equal(time.Now()) {
+			t.Fatalf("restarted: %+v; want the tail from its own first observation, after %v", v, firstEnd)
+		}
+		if _, err := first.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web"}); err == nil {
+			t.Errorf("a closed server answered")
+		}
+	})
+}
+
+// A failed observation answers no verdict and keeps the memory.
+func TestPodsObserveError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.src.set(map[string]bool{"a": true})
+		r.put("u1", true)
+		before := r.state().mem
+		r.src.err = errors.New("cache unavailable")
+		time.Sleep(time.Hour)
+		if _, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web"}); err == nil {
+			t.Fatal("a verdict despite the failed observation")
+		}
+		if !maps.Equal(r.state().mem.Routes, before.Routes) {
+			t.Errorf("memory changed: %v → %v", before.Routes, r.state().mem.Routes)
+		}
+	})
+}
