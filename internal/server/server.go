@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -31,7 +33,7 @@ import (
 	"draingate.dev/draingate/internal/webhook"
 )
 
-// Options configure a Server. Zero durations take the defaults beside them.
+// Options configure a Server. Zero values take the defaults beside them.
 type Options struct {
 	// Kube is the cluster to watch.
 	Kube *rest.Config
@@ -101,21 +103,11 @@ func (o Options) withDefaults() Options {
 	if o.Tails == (Tails{}) {
 		o.Tails = DefaultTails()
 	}
-	if o.ShutdownReserve <= 0 {
-		o.ShutdownReserve = 5 * time.Second
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = waitapi.DefaultMaxWait
-	}
-	if o.Linger <= 0 {
-		o.Linger = 60 * time.Second
-	}
-	if o.Registry == nil {
-		o.Registry = prometheus.NewRegistry()
-	}
-	if o.Log == nil {
-		o.Log = slog.Default()
-	}
+	o.ShutdownReserve = cmp.Or(o.ShutdownReserve, 5*time.Second)
+	o.MaxWait = cmp.Or(o.MaxWait, waitapi.DefaultMaxWait)
+	o.Linger = cmp.Or(o.Linger, 60*time.Second)
+	o.Registry = cmp.Or(o.Registry, prometheus.NewRegistry())
+	o.Log = cmp.Or(o.Log, slog.Default())
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -344,14 +336,5 @@ func (s *Server) ready() error {
 
 // janitor sweeps the tracked pods every few seconds (see pods.sweep).
 func (s *Server) janitor(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.pods.sweep(s.o.Now())
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { s.pods.sweep(s.o.Now()) }, 5*time.Second)
 }
