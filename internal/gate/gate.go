@@ -46,7 +46,7 @@ type Tails struct {
 }
 
 // DefaultTails returns the tails draingate uses unless configured otherwise:
-// EndpointSlice 5s, ALB 20s, NLB 180s (see FACTS.md, "The race").
+// EndpointSlice 5s, ALB 20s, NLB 180s (see docs/facts.md#load-balancer-tails).
 func DefaultTails() Tails {
 	return Tails{EndpointSlice: 5 * time.Second, ALB: 20 * time.Second, NLB: 180 * time.Second}
 }

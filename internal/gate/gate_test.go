@@ -64,8 +64,8 @@ func check(t *testing.T, v api.Verdict, released bool, reason api.Reason, states
 	}
 }
 
-// TestTargetStates has one case per DescribeTargetHealth state (FACTS.md,
-// "ELBv2 API"), judged well after the ALB tail would have passed.
+// TestTargetStates has one case per DescribeTargetHealth state (docs/facts.md,
+// "Target states"), judged well after the ALB tail would have passed.
 func TestTargetStates(t *testing.T) {
 	out := t0.Add(time.Second)
 	now := out.Add(5 * time.Minute) // past the ALB tail, before the deadline
