@@ -33,8 +33,8 @@ import (
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/waitapi"
-	"draingate.dev/draingate/internal/webhook"
 )
 
 // Options configure a Server. Zero durations take the defaults beside them.
@@ -82,7 +82,7 @@ type WebhookOptions struct {
 	// Listener is where it serves (TLS is added by the server).
 	Listener net.Listener
 	// Certs keeps its certificate; the server fills in Client and Log.
-	Certs *webhook.Certs
+	Certs *certs.Certs
 	// Settings are the injector's.
 	Settings inject.Settings
 }
