@@ -26,7 +26,7 @@ import (
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/sim/dataplane"
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 )
 

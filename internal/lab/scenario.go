@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // Scenario is a named set of knobs. Every knob is also a flag.

@@ -29,7 +29,7 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 func TestLoadBalancerType(t *testing.T) {
