@@ -11,7 +11,8 @@
 // few times); a caller's mistake is never a 5xx.
 //
 // ParseDrainRequest lives here, not in the server, so the server, the agent
-// and the fuzz test agree on one grammar.
+// and the fuzz test agree on one grammar; OneLine, so that both put a
+// multi-line error on one line the same way.
 //
 // The package must stay standard-library only and must never import the
 // server: the agent links it, Go compiles whole packages, and the agent has

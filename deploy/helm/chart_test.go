@@ -20,11 +20,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v4/pkg/chart/common"
-	"helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/engine"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"draingate.dev/draingate/internal/chart"
 	"draingate.dev/draingate/internal/prestop"
 )
 
@@ -57,35 +56,29 @@ type rendered struct {
 	notes string
 }
 
-func kubeVersion(t *testing.T) *common.KubeVersion {
+// kubeVersion is the cluster version the chart is rendered and linted for:
+// the one the project's test cluster runs.
+const kubeVersion = "v1.37.2"
+
+func parsedKubeVersion(t *testing.T) *common.KubeVersion {
 	t.Helper()
-	kv, err := common.ParseKubeVersion("v1.37.2")
+	kv, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return kv
 }
 
-// renderChart renders the chart as helm install would, with the values
-// given as YAML (like a -f file) over the chart's values.yaml.
+// renderChart renders the chart as helm install would (internal/chart's
+// Render, strict), with the values given as YAML (like a -f file) over the
+// chart's values.yaml, and decodes what it rendered.
 func renderChart(t *testing.T, name, overrides string) (*rendered, error) {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatalf("load chart: %v", err)
-	}
 	vals, err := common.ReadValues([]byte(overrides))
 	if err != nil {
 		t.Fatalf("values %q: %v", overrides, err)
 	}
-	caps := common.DefaultCapabilities.Copy()
-	caps.KubeVersion = *kubeVersion(t)
-	top, err := util.ToRenderValues(ch, vals, common.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true, Revision: 1}, caps)
-	if err != nil {
-		return nil, err
-	}
-	// Strict: a template that reads a value values.yaml does not define fails.
-	files, err := engine.Engine{Strict: true}.Render(ch, top)
+	files, err := chart.Render(namespace, name, vals, kubeVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +99,7 @@ func renderChart(t *testing.T, name, overrides string) (*rendered, error) {
 			r.notes = files[n]
 			continue
 		}
-		r.text[strings.TrimPrefix(n, ch.Name()+"/")] = files[n]
+		r.text[strings.TrimPrefix(n, chartDir+"/")] = files[n]
 		for i, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(files[n], -1) {
 			js, err := sigsyaml.YAMLToJSON([]byte(doc))
 			if err != nil {
@@ -236,7 +229,7 @@ func TestChartLoadsAndLints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := lint.RunAll(chartDir, vals, namespace, lint.WithKubeVersion(kubeVersion(t)))
+		res := lint.RunAll(chartDir, vals, namespace, lint.WithKubeVersion(parsedKubeVersion(t)))
 		for _, msg := range res.Messages {
 			if msg.Severity >= support.WarningSev {
 				t.Errorf("lint with %q: %v", overrides, msg)
@@ -255,7 +248,7 @@ func TestChartLoadsAndLints(t *testing.T) {
 	}
 	fmt.Fprintln(f, "\n  ports: [")
 	f.Close()
-	if res := lint.RunAll(broken, nil, namespace, lint.WithKubeVersion(kubeVersion(t))); res.HighestSeverity < support.ErrorSev {
+	if res := lint.RunAll(broken, nil, namespace, lint.WithKubeVersion(parsedKubeVersion(t))); res.HighestSeverity < support.ErrorSev {
 		t.Errorf("lint accepts a template that renders invalid YAML: %v", res.Messages)
 	}
 }

@@ -104,15 +104,26 @@ func configuration(kubeconfig, namespace string, log *slog.Logger) (*action.Conf
 	return cfg, nil
 }
 
-// Render renders the embedded chart as release name in namespace with
-// values, offline, and returns the manifests by template file name. Strict:
-// a template reading a value values.yaml lacks fails.
-func Render(namespace, name string, values map[string]any) (map[string]string, error) {
+// Render renders the embedded chart as helm install would, offline: release
+// name in namespace, values over the chart's values.yaml, and kubeVersion
+// (e.g. "v1.37.2"; empty for Helm's default) as the cluster's version in
+// .Capabilities. It returns the rendered files by name, e.g.
+// "draingate/templates/deployment.yaml", partials and NOTES.txt included.
+// Strict: a template reading a value values.yaml lacks fails.
+func Render(namespace, name string, values map[string]any, kubeVersion string) (map[string]string, error) {
 	ch, err := Load()
 	if err != nil {
 		return nil, err
 	}
-	top, err := util.ToRenderValues(ch, values, common.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true, Revision: 1}, common.DefaultCapabilities.Copy())
+	caps := common.DefaultCapabilities.Copy()
+	if kubeVersion != "" {
+		kv, err := common.ParseKubeVersion(kubeVersion)
+		if err != nil {
+			return nil, err
+		}
+		caps.KubeVersion = *kv
+	}
+	top, err := util.ToRenderValues(ch, values, common.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true, Revision: 1}, caps)
 	if err != nil {
 		return nil, err
 	}

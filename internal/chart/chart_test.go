@@ -16,6 +16,7 @@ import (
 
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -114,10 +115,10 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	waitFor(t, ctx, "two Ready pods", func() bool {
+	testutil.Eventually(t, ctx, "two Ready pods", func() (bool, error) {
 		l, err := c.Client.CoreV1().Pods(app).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false
+			return false, err
 		}
 		pods = nil
 		for _, p := range l.Items {
@@ -127,7 +128,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 				}
 			}
 		}
-		return len(pods) == 2
+		return len(pods) == 2, nil
 	})
 	victim := pods[0]
 	if victim.Annotations[inject.AnnotationInjected] == "" {
@@ -180,9 +181,9 @@ func TestChartInstallsAndInjects(t *testing.T) {
 	if _, err := c.Client.AppsV1().Deployments(sys).UpdateScale(ctx, deploy, scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "gate server pods gone", func() bool {
+	testutil.Eventually(t, ctx, "gate server pods gone", func() (bool, error) {
 		l, err := c.Client.CoreV1().Pods(sys).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0
+		return err == nil && len(l.Items) == 0, err
 	})
 	before := failOpen(t, ctx, c)
 	lone := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "while-down"}, Spec: *spec.DeepCopy()}
@@ -214,15 +215,4 @@ func failOpen(t *testing.T, ctx context.Context, c *testenv.Cluster) float64 {
 		}
 	}
 	return sum
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
 }

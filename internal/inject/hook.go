@@ -136,7 +136,7 @@ func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
 
 // hookURL builds the URL the agent GETs, as the kubelet's formatURL does
 // (a path that does not parse is passed along as a plain path), with the
-// host the agent can reach: loopback, see the package doc. The result must
+// host the agent can reach: loopback, see docs/injection.md. The result must
 // pass the agent's own URL check (internal/prestop's checkHTTPURL): on a flag
 // it cannot read the agent skips its whole wait, so a URL it would refuse
 // is an error here, not a surprise at termination.

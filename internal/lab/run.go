@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +24,7 @@ import (
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/sim/dataplane"
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 )
 
@@ -89,11 +87,7 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("ELBv2 emulator: %w", err)
 	}
-	elb := elbv2.New(elbv2.Options{
-		Region:       "us-east-1",
-		Credentials:  credentials.NewStaticCredentialsProvider("lab", "lab", ""),
-		BaseEndpoint: aws.String(url),
-	})
+	elb := emu.Client()
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
 		return rep, err

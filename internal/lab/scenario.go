@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // Scenario is a named set of knobs. Every knob is also a flag.
@@ -39,9 +39,10 @@ type Scenario struct {
 // Scenarios are the named ones; alb is the default. Health checks run every
 // 3 s (AWS allows 5 s at least): they only pace rollouts through the
 // readiness gate, not the termination race, and a faster pace keeps the
-// default demo short. Figures from FACTS.md:
-// ALB data planes keep sending new requests up to ~20 s after deregistration,
-// NLBs 2-5 minutes; a throttled or lagging controller deregisters 20-60 s late.
+// default demo short. Figures from docs/facts.md ("Load balancer tails", "AWS
+// Load Balancer Controller"): ALB data planes keep sending new requests up to
+// ~20 s after deregistration, NLBs 2-5 minutes; a throttled or lagging
+// controller deregisters 20-60 s late.
 var Scenarios = map[string]Scenario{
 	"alb": {
 		Name: "alb", LoadBalancer: "application",

@@ -1,7 +1,6 @@
 package prestop
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -149,24 +148,6 @@ func (h *hookRecorder) only(t *testing.T) time.Time {
 		t.Fatalf("hook ran %d times, want once", len(h.hits))
 	}
 	return h.hits[0]
-}
-
-// syncBuffer is a log sink the exec hook's copy goroutine may write to too.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func config(server string, log io.Writer) Config {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // readMarker returns when the helper process ran and with which arguments.
@@ -40,7 +41,7 @@ func TestExecHook(t *testing.T) {
 		}
 		return released(api.ReasonDrained)
 	})
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Then = Hook{Exec: []string{os.Args[0], "graceful", "with space"}}
 	res := Run(context.Background(), cfg)
@@ -62,7 +63,7 @@ func TestExecHookFailureIsReportedNotFatal(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "marker")
 	t.Setenv(hookMarkerEnv, marker)
 	t.Setenv(hookExitEnv, "3")
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(closedPort(t), &log)
 	cfg.Fallback = 0
 	cfg.Then = Hook{Exec: []string{os.Args[0]}}
@@ -87,7 +88,7 @@ func TestHTTPGetHookAnyStatusIsDone(t *testing.T) {
 		http.Error(w, "shutting down badly", 500)
 	}))
 	defer srv.Close()
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(closedPort(t), &log)
 	cfg.Fallback = 0
 	cfg.Then = Hook{HTTPGet: srv.URL + "/pre-stop?x=1"}

@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg Config) Result {
 		// Without a valid request there is nobody to ask and no deadline to
 		// trust; Kubernetes' own behaviour (hook, then SIGTERM) is the safe
 		// side.
-		log.printf("not waiting: %s", oneLine(err))
+		log.printf("not waiting: %s", api.OneLine(err.Error()))
 		res.Outcome = Invalid
 	} else {
 		w := &waiter{cfg: cfg, log: log, start: start}
@@ -320,6 +320,3 @@ type logger struct{ w io.Writer }
 func (l logger) printf(format string, args ...any) {
 	fmt.Fprintf(l.w, "draingate-prestop: "+format+"\n", args...)
 }
-
-// oneLine joins a multi-line error (errors.Join) into one log line.
-func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

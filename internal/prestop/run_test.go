@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // The wall-clock checks below bound waits from below by the deadline or the
@@ -17,7 +18,7 @@ const slack = time.Second
 func TestReleasedAtOnce(t *testing.T) {
 	g := newGate(t, func(int, api.DrainRequest) reply { return released(api.ReasonDrained) })
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Then = h.hook()
 	res := Run(context.Background(), cfg)
@@ -52,7 +53,7 @@ func TestReleasedAfterLongPolls(t *testing.T) {
 		return waiting(true)
 	})
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Then = h.hook()
 	res := Run(context.Background(), cfg)
@@ -79,7 +80,7 @@ func TestReleasedAfterLongPolls(t *testing.T) {
 func TestDeadlineReached(t *testing.T) {
 	g := newGate(t, func(int, api.DrainRequest) reply { return waiting(true) })
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.MaxWait, cfg.PollWait = 1200*time.Millisecond, 300*time.Millisecond
 	cfg.Then = h.hook()
@@ -115,7 +116,7 @@ func TestServerErrorsThenRelease(t *testing.T) {
 	}
 	g := newGate(t, func(n int, _ api.DrainRequest) reply { return replies[n] })
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Fallback = 0 // the server answers, so the fallback must play no part
 	cfg.Then = h.hook()
@@ -138,7 +139,7 @@ func TestServerErrorsThenRelease(t *testing.T) {
 
 func TestNoServerFallsBack(t *testing.T) {
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(closedPort(t), &log)
 	cfg.MaxWait, cfg.Fallback = 10*time.Second, 500*time.Millisecond
 	cfg.Then = h.hook()
@@ -172,7 +173,7 @@ func TestLostServerWaitsForDeadline(t *testing.T) {
 		return reply{hangUp: true}
 	})
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.MaxWait, cfg.Fallback = 1200*time.Millisecond, 100*time.Millisecond
 	cfg.Then = h.hook()
@@ -195,7 +196,7 @@ func TestNotFoundRetried(t *testing.T) {
 		}
 		return released(api.ReasonDrained)
 	})
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	res := Run(context.Background(), cfg)
 	if res.Outcome != Released || res.Asks != 3 {
@@ -207,7 +208,7 @@ func TestNotFoundRetried(t *testing.T) {
 func TestNotFoundGivesUpThenFallback(t *testing.T) {
 	g := newGate(t, func(int, api.DrainRequest) reply { return reply{status: 404, body: "404 page not found\n"} })
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Fallback = 700 * time.Millisecond
 	cfg.Then = h.hook()
@@ -228,7 +229,7 @@ func TestBadRequestStopsAsking(t *testing.T) {
 		return reply{status: 400, verdict: &api.Verdict{Message: "uid does not match the pod's"}}
 	})
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Fallback = 400 * time.Millisecond
 	cfg.Then = h.hook()
@@ -266,7 +267,7 @@ func TestPacesEagerServer(t *testing.T) {
 func TestInvalidConfigRunsHookAtOnce(t *testing.T) {
 	g := newGate(t, func(int, api.DrainRequest) reply { return released(api.ReasonDrained) })
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.Pod = "" // the downward API env was not set
 	cfg.Then = h.hook()
@@ -300,7 +301,7 @@ func TestZeroMaxWaitOnlyRunsHook(t *testing.T) {
 func TestCanceled(t *testing.T) {
 	g := newGate(t, func(int, api.DrainRequest) reply { return waiting(true) })
 	h := newHookRecorder(t)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cfg := config(g.URL, &log)
 	cfg.MaxWait, cfg.PollWait = time.Minute, time.Minute
 	cfg.Then = h.hook()

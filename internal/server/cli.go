@@ -21,7 +21,7 @@ import (
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/inject"
-	"draingate.dev/draingate/internal/webhook"
+	"draingate.dev/draingate/internal/inject/certs"
 )
 
 // serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
@@ -312,13 +312,13 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-listen: %v", err)
 	}
-	certs := &webhook.Certs{Namespace: ns, SecretName: f.webhookSecret, Service: f.webhookService, External: f.webhookCertManager}
+	c := &certs.Certs{Namespace: ns, SecretName: f.webhookSecret, Service: f.webhookService, External: f.webhookCertManager}
 	if !f.webhookCertManager {
-		certs.ConfigName = f.webhookConfig
+		c.ConfigName = f.webhookConfig
 	}
 	return &WebhookOptions{
 		Listener: ln,
-		Certs:    certs,
+		Certs:    c,
 		Settings: inject.Settings{
 			AgentImage: f.agentImage, Server: server,
 			MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,

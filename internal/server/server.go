@@ -26,11 +26,11 @@ import (
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/route/endpointslice"
 	"draingate.dev/draingate/internal/route/targetgroup"
 	"draingate.dev/draingate/internal/waitapi"
-	"draingate.dev/draingate/internal/webhook"
 )
 
 // Options configure a Server. Zero values take the defaults beside them.
@@ -94,7 +94,7 @@ type WebhookOptions struct {
 	// Listener is where it serves (TLS is added by the server).
 	Listener net.Listener
 	// Certs keeps its certificate; the server fills in Client and Log.
-	Certs *webhook.Certs
+	Certs *certs.Certs
 	// Settings are the injector's.
 	Settings inject.Settings
 }

@@ -30,7 +30,7 @@ import (
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route/targetgroup"
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
 )

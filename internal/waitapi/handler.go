@@ -151,7 +151,7 @@ func (h *handler) probe(w http.ResponseWriter, r *http.Request, check func() err
 	}
 	if check != nil {
 		if err := check(); err != nil {
-			h.fail(w, http.StatusServiceUnavailable, "not ready: "+oneLine(err.Error()), nil, false)
+			h.fail(w, http.StatusServiceUnavailable, "not ready: "+api.OneLine(err.Error()), nil, false)
 			return
 		}
 	}
@@ -202,7 +202,7 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.metrics.outcome(OutcomeError)
 		w.Header().Set("Retry-After", "1")
-		h.fail(w, http.StatusServiceUnavailable, fmt.Sprintf("the gate server cannot answer for pod %s/%s now: %s; ask again", req.Namespace, req.Pod, truncate(oneLine(err.Error()), 300)), nil, true)
+		h.fail(w, http.StatusServiceUnavailable, fmt.Sprintf("the gate server cannot answer for pod %s/%s now: %s; ask again", req.Namespace, req.Pod, truncate(api.OneLine(err.Error()), 300)), nil, true)
 		return
 	}
 	if v.Namespace == "" && v.Pod == "" {
@@ -330,8 +330,6 @@ func quote(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
-
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

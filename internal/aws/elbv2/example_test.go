@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // A gate watches a target group for as long as a pod waits on it, and reads

@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // The type of a group's load balancer comes with its observations, read

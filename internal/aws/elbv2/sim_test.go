@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // waitLimit bounds every wait for a condition; generous because the machine

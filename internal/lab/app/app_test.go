@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // closeNotifyListener tells the test when http.Server.Shutdown has closed it.
@@ -29,29 +31,10 @@ func (l *closeNotifyListener) Close() error {
 	return err
 }
 
-// syncBuffer is the Log writer: Serve writes from its goroutine, the test
-// reads after Serve returned.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type running struct {
 	addr     string
 	ln       *closeNotifyListener
-	log      *syncBuffer
+	log      *testutil.SyncBuffer
 	sigterm  context.CancelFunc
 	finished chan struct{}
 	err      error // Serve's answer, once finished is closed
@@ -67,7 +50,7 @@ func start(t *testing.T, s *Server) *running {
 	r := &running{
 		addr:     inner.Addr().String(),
 		ln:       &closeNotifyListener{Listener: inner, closed: make(chan struct{})},
-		log:      &syncBuffer{},
+		log:      &testutil.SyncBuffer{},
 		finished: make(chan struct{}),
 	}
 	s.cfg.Log = r.log

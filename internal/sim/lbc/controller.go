@@ -30,7 +30,7 @@ import (
 )
 
 // Config holds the controller's knobs. Zero values take the real
-// controller's figures (FACTS.md).
+// controller's figures (docs/facts.md#aws-load-balancer-controller).
 type Config struct {
 	// Namespace limits the watch; empty watches all namespaces.
 	Namespace string

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	elbv2types "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	appsv1 "k8s.io/api/apps/v1"
@@ -17,8 +16,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	elbv2sim "draingate.dev/draingate/internal/sim/elbv2"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -39,8 +39,7 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 	}
 	emu := elbv2sim.New(elbv2sim.Config{})
 	defer emu.Close()
-	url, err := emu.Listen("127.0.0.1:0")
-	if err != nil {
+	if _, err := emu.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	arn, err := emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
@@ -50,8 +49,7 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	elb := elbv2.New(elbv2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	elb := emu.Client()
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +103,10 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 	// Both pods Ready means both gates were set, which the controller does
 	// only for targets the emulator reports healthy.
 	var pods []corev1.Pod
-	waitUntil(t, ctx, "both pods Ready through their readiness gate", func() bool {
+	testutil.Eventually(t, ctx, "both pods Ready through their readiness gate", func() (bool, error) {
 		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false
+			return false, err
 		}
 		ready := 0
 		for _, p := range l.Items {
@@ -119,7 +117,7 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 			}
 		}
 		pods = l.Items
-		return ready == 2
+		return ready == 2, nil
 	})
 	for _, p := range pods {
 		if st := emu.Targets(arn)[elbv2sim.Target{ID: p.Status.PodIP, Port: 8080}]; st != elbv2sim.StateHealthy {
@@ -163,14 +161,14 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 		t.Errorf("pod %s should still be terminating (its preStop sleeps 20 s) when deregistered: %v", victim.Name, err)
 	}
 	// Its replacement is registered once ready, through the same throttle.
-	waitUntil(t, ctx, "replacement registered and healthy", func() bool {
+	testutil.Eventually(t, ctx, "replacement registered and healthy", func() (bool, error) {
 		healthy := 0
 		for _, st := range emu.Targets(arn) {
 			if st == elbv2sim.StateHealthy {
 				healthy++
 			}
 		}
-		return healthy == 2
+		return healthy == 2, nil
 	})
 	calls := emu.Calls()
 	if calls["RegisterTargets"]["OK"] < 2 || calls["DeregisterTargets"]["OK"] < 2 {
@@ -180,15 +178,4 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 		t.Errorf("calls %v: the deregistration was never throttled, so the slow-AWS path was not exercised", calls)
 	}
 	t.Logf("ELBv2 calls: %v; deregistered %s after deletion", calls, drainingAt.Sub(deletedAt).Round(time.Millisecond))
-}
-
-func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -17,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 func appContainer() corev1.Container {
@@ -76,7 +76,7 @@ func TestDeploymentServiceDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, "deployment ready", func() (bool, error) {
+	testutil.Eventually(t, ctx, "deployment ready", func() (bool, error) {
 		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && d.Status.ReadyReplicas == 2, err
 	})
@@ -88,7 +88,7 @@ func TestDeploymentServiceDNS(t *testing.T) {
 	for _, p := range pods.Items {
 		want[p.Status.PodIP] = p.Name
 	}
-	poll(t, ctx, "EndpointSlice lists both pods ready", func() (bool, error) {
+	testutil.Eventually(t, ctx, "EndpointSlice lists both pods ready", func() (bool, error) {
 		ready := readyEndpoints(ctx, c.Client, ns, "web")
 		for ip := range want {
 			if !ready[ip] {
@@ -103,7 +103,7 @@ func TestDeploymentServiceDNS(t *testing.T) {
 	seen := map[string]bool{}
 	// A new connection per request: kube-proxy picks a backend per connection.
 	cl := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	poll(t, ctx, "ClusterIP answers from both pods", func() (bool, error) {
+	testutil.Eventually(t, ctx, "ClusterIP answers from both pods", func() (bool, error) {
 		resp, err := cl.Get(url)
 		if err != nil {
 			return false, nil
@@ -133,7 +133,7 @@ func TestDeploymentServiceDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, "client pod succeeded", func() (bool, error) {
+	testutil.Eventually(t, ctx, "client pod succeeded", func() (bool, error) {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -189,7 +189,7 @@ func TestPreStopOrdering(t *testing.T) {
 		t.Fatal(err)
 	}
 	var podIP string
-	poll(t, ctx, "pod ready and in its EndpointSlice", func() (bool, error) {
+	testutil.Eventually(t, ctx, "pod ready and in its EndpointSlice", func() (bool, error) {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "gated", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -347,22 +347,6 @@ func podLog(ctx context.Context, cl kubernetes.Interface, ns, pod, container str
 		return "(log: " + err.Error() + ")"
 	}
 	return string(b)
-}
-
-// poll waits for cond, failing the test with what was awaited.
-func poll(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
-	t.Helper()
-	var lastErr error
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		if err != nil {
-			lastErr = err
-		}
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v (last error: %v)", what, err, lastErr)
-	}
 }
 
 func resourceMi(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }

@@ -42,10 +42,11 @@ type gateTimings struct {
 	Fallback                time.Duration // the agent's wait when no gate server answers
 }
 
-// timingsFor scales the gate's defaults (FACTS.md: ALB up to ~20 s after
-// draining, NLB minutes; the gate's own defaults, internal/gate.DefaultTails)
-// by the run's time scale, as the scenario's durations are. The poll
-// interval keeps a floor so a small scale does not hammer the emulator.
+// timingsFor scales the gate's defaults (docs/facts.md#load-balancer-tails:
+// ALB up to ~20 s after draining, NLB minutes; the gate's own defaults,
+// internal/gate.DefaultTails) by the run's time scale, as the scenario's
+// durations are. The poll interval keeps a floor so a small scale does not
+// hammer the emulator.
 func timingsFor(f float64) gateTimings {
 	if f <= 0 {
 		f = 1

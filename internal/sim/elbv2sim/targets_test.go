@@ -16,8 +16,8 @@ import (
 // healthy, unhealthy on 500, healthy again, draining, gone.
 func TestStateMachineEvents(t *testing.T) {
 	fixed := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	s, url := start(t, Config{Now: func() time.Time { return fixed }})
-	c := newClient(t, url)
+	s, _ := start(t, Config{Now: func() time.Time { return fixed }})
+	c := s.Client(noBackoff)
 	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80, HealthCheckPath: "/ready",
 		HealthCheckInterval: 50 * time.Millisecond, HealthCheckTimeout: time.Second, DeregistrationDelay: 200 * time.Millisecond})
 	if err != nil {

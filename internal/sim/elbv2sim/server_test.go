@@ -20,9 +20,9 @@ import (
 const frozen = 1e-9
 
 func TestThrottling(t *testing.T) {
-	s, url := start(t, Config{Describe: BucketConfig{Capacity: 1, RefillPerSecond: frozen}})
-	once := newClient(t, url, oneAttempt)
-	retrying := newClient(t, url) // the SDK's default 3 attempts
+	s, _ := start(t, Config{Describe: BucketConfig{Capacity: 1, RefillPerSecond: frozen}})
+	once := s.Client(noBackoff, oneAttempt)
+	retrying := s.Client(noBackoff) // the SDK's default 3 attempts
 	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80, HealthCheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +126,8 @@ func TestLimiter(t *testing.T) {
 
 func TestLatency(t *testing.T) {
 	const lat = 200 * time.Millisecond
-	s, url := start(t, Config{Latency: map[string]time.Duration{"DescribeTargetGroups": lat}})
-	c := newClient(t, url)
+	s, _ := start(t, Config{Latency: map[string]time.Duration{"DescribeTargetGroups": lat}})
+	c := s.Client(noBackoff)
 	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80, HealthCheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestLatency(t *testing.T) {
 
 func TestCalls(t *testing.T) {
 	s, url := start(t, Config{})
-	c := newClient(t, url, oneAttempt)
+	c := s.Client(noBackoff, oneAttempt)
 	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80, HealthCheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -292,12 +292,11 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	scenario := func() {
 		var backends []*backend
 		s := New(Config{Latency: map[string]time.Duration{"DescribeTargetGroups": time.Hour}})
-		url, err := s.Listen("127.0.0.1:0")
-		if err != nil {
+		if _, err := s.Listen("127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
 		hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-		c := newClient(t, url, oneAttempt, func(o *elbv2.Options) { o.HTTPClient = hc })
+		c := s.Client(noBackoff, oneAttempt, func(o *elbv2.Options) { o.HTTPClient = hc })
 		arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80,
 			HealthCheckInterval: 20 * time.Millisecond, DeregistrationDelay: time.Hour})
 		if err != nil {

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/smithy-go"
+
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // waitLimit bounds every poll; generous because the machine may be busy.
@@ -33,26 +33,12 @@ func start(t *testing.T, cfg Config) (*Server, string) {
 	return s, url
 }
 
-// newClient builds the real SDK client against the emulator. The retryer
-// keeps the SDK's default attempt count but has no backoff, so retries of
-// Throttling do not slow the tests down.
-func newClient(t *testing.T, url string, opts ...func(*elbv2.Options)) *elbv2.Client {
-	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	t.Cleanup(hc.CloseIdleConnections)
-	o := elbv2.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials:  credentials.NewStaticCredentialsProvider("AKIDLAB", "lab-secret", ""),
-		HTTPClient:   hc,
-		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
-		}),
-	}
-	for _, fn := range opts {
-		fn(&o)
-	}
-	return elbv2.New(o)
+// noBackoff keeps the SDK's default attempt count but drops the backoff, so
+// retries of Throttling do not slow the tests down.
+func noBackoff(o *elbv2.Options) {
+	o.Retryer = retry.NewStandard(func(o *retry.StandardOptions) {
+		o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+	})
 }
 
 func oneAttempt(o *elbv2.Options) { o.RetryMaxAttempts = 1 }
@@ -102,20 +88,11 @@ func deadPort(t *testing.T) int32 {
 	return int32(p)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitState(t *testing.T, s *Server, arn string, tgt Target, want State) {
 	t.Helper()
-	waitFor(t, string(want)+" of "+tgt.ID, func() bool { return s.Targets(arn)[tgt] == want })
+	ctx, cancel := context.WithTimeout(bg, waitLimit)
+	defer cancel()
+	testutil.Eventually(t, ctx, string(want)+" of "+tgt.ID, func() (bool, error) { return s.Targets(arn)[tgt] == want, nil })
 }
 
 // step is the part of an Event the tests compare.

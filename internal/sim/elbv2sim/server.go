@@ -70,6 +70,11 @@ type Server struct {
 	subs    map[*subscriber]struct{}
 	dropped uint64
 	servers []*http.Server
+	urls    []string // what Listen answered, in order
+
+	// clientTransports are the HTTP transports of the SDK clients Client
+	// handed out; Close closes their idle connections.
+	clientTransports []*http.Transport
 
 	statsMu sync.Mutex
 	latency map[string]time.Duration
@@ -117,7 +122,8 @@ func New(cfg Config) *Server {
 func (s *Server) now() time.Time { return s.cfg.Now() }
 
 // Listen serves the API on addr (e.g. "127.0.0.1:0") until Close and returns
-// its base URL, for the SDK's BaseEndpoint.
+// its base URL, for the SDK's BaseEndpoint; Client builds an SDK client for
+// it.
 func (s *Server) Listen(addr string) (url string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -130,14 +136,16 @@ func (s *Server) Listen(addr string) (url string, err error) {
 		ln.Close()
 		return "", ErrClosed
 	}
+	url = "http://" + ln.Addr().String()
 	s.servers = append(s.servers, srv)
+	s.urls = append(s.urls, url)
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		_ = srv.Serve(ln) // returns ErrServerClosed on Close
 	}()
-	return "http://" + ln.Addr().String(), nil
+	return url, nil
 }
 
 // Close stops the listeners, every health-check loop and drain timer, and
@@ -165,7 +173,7 @@ func (s *Server) Close() error {
 		close(sub.ch)
 	}
 	clear(s.subs)
-	servers := s.servers
+	servers, clients := s.servers, s.clientTransports
 	s.mu.Unlock()
 
 	s.cancel()
@@ -177,6 +185,9 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	if s.transport != nil {
 		s.transport.CloseIdleConnections()
+	}
+	for _, tr := range clients {
+		tr.CloseIdleConnections()
 	}
 	return err
 }

@@ -1,11 +1,11 @@
-// Package webhook keeps the admission webhook's TLS in order without
+// Package certs keeps the admission webhook's TLS in order without
 // cert-manager: a self-managed CA and serving certificate in a Secret, the
 // CA bundle kept current in the MutatingWebhookConfiguration, both rotated
 // well before they expire. Every replica of `draingate serve` runs the same
 // loop; the Secret is the one source of truth, so replicas converge on
 // whichever certificate was written first (optimistic concurrency on the
 // Secret's resourceVersion).
-package webhook
+package certs
 
 import (
 	"bytes"

@@ -1,6 +1,7 @@
 package elbv2sim
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -11,13 +12,15 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
+
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // Target groups through the SDK: create, describe (all, by ARNs, by names,
 // by load balancer), attributes, idempotent create, duplicates, not found.
 func TestSDKTargetGroups(t *testing.T) {
-	s, url := start(t, Config{})
-	c := newClient(t, url)
+	s, _ := start(t, Config{})
+	c := s.Client(noBackoff)
 
 	in := &elbv2.CreateTargetGroupInput{
 		Name:                       aws.String("web"),
@@ -135,8 +138,8 @@ func TestSDKTargetGroups(t *testing.T) {
 // Register, describe (all, by Id, never registered, no port), deregister,
 // drain and vanish, all through the SDK.
 func TestSDKTargetHealth(t *testing.T) {
-	s, url := start(t, Config{})
-	c := newClient(t, url)
+	s, _ := start(t, Config{})
+	c := s.Client(noBackoff)
 	a, b := newBackend(t), newBackend(t)
 	ta, tb := a.target(), b.target()
 
@@ -193,10 +196,12 @@ func TestSDKTargetHealth(t *testing.T) {
 		Targets: []types.TargetDescription{desc(ta), desc(tb)}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both targets healthy through the SDK", func() bool {
+	ctx, cancel := context.WithTimeout(bg, waitLimit)
+	defer cancel()
+	testutil.Eventually(t, ctx, "both targets healthy through the SDK", func() (bool, error) {
 		ds := health(web)
 		return len(ds) == 2 && ds[0].TargetHealth.State == types.TargetHealthStateEnumHealthy &&
-			ds[1].TargetHealth.State == types.TargetHealthStateEnumHealthy
+			ds[1].TargetHealth.State == types.TargetHealthStateEnumHealthy, nil
 	})
 	if a.hits.Load() == 0 || b.hits.Load() == 0 {
 		t.Errorf("health checks did not reach the targets: %d, %d", a.hits.Load(), b.hits.Load())
@@ -255,7 +260,9 @@ func TestSDKTargetHealth(t *testing.T) {
 		Targets: []types.TargetDescription{desc(ta)}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "drained target to vanish", func() bool { return len(health(quick)) == 0 })
+	ctx, cancel = context.WithTimeout(bg, waitLimit)
+	defer cancel()
+	testutil.Eventually(t, ctx, "drained target to vanish", func() (bool, error) { return len(health(quick)) == 0, nil })
 	got = rows(health(quick, desc(ta)))
 	if len(got) != 1 || got[0].state != types.TargetHealthStateEnumUnused || got[0].reason != types.TargetHealthReasonEnumNotRegistered {
 		t.Errorf("vanished target by Id = %+v, want unused/Target.NotRegistered", got)

@@ -54,7 +54,7 @@ func TestGateMaxWaitCoversScenario(t *testing.T) {
 func TestGateValuesRenderTheChart(t *testing.T) {
 	sc := Scenarios["slow-aws"].Scaled(0.25)
 	tm := timingsFor(0.25)
-	files, err := chart.Render("lab-3-draingate-sys-1", "lab-3-draingate-sys-1", gateValues("http://10.244.0.1:40000", tm, tm.maxWait(sc)))
+	files, err := chart.Render("lab-3-draingate-sys-1", "lab-3-draingate-sys-1", gateValues("http://10.244.0.1:40000", tm, tm.maxWait(sc)), "")
 	if err != nil {
 		t.Fatal(err)
 	}

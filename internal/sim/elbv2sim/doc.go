@@ -5,7 +5,8 @@
 // Balancer Controller do to a target group without an AWS account: the real
 // aws-sdk-go-v2 elasticloadbalancingv2 client talks to it over HTTP (AWS Query
 // protocol, BaseEndpoint pointed at [Server.Listen]'s URL, any static
-// credentials), and the lab drives and observes it through the Go API
+// credentials: [Server.Client] builds such a client), and the lab drives and
+// observes it through the Go API
 // ([Server.CreateTargetGroup], [Server.Subscribe], [Server.Targets], ...).
 //
 // What it models, because the gate depends on it:
