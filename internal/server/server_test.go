@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +31,7 @@ import (
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -62,20 +61,17 @@ func newFixture(t *testing.T, ctx context.Context, beforeCRD ...func(*fixture)) 
 	f := &fixture{t: t, c: c, ns: c.Namespace(t)}
 	f.emu = elbv2sim.New(elbv2sim.Config{})
 	t.Cleanup(func() { f.emu.Close() })
-	url, err := f.emu.Listen("127.0.0.1:0")
-	if err != nil {
+	if _, err := f.emu.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	t.Cleanup(hc.CloseIdleConnections)
-	f.elb = elasticloadbalancingv2.New(elasticloadbalancingv2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc})
+	f.elb = f.emu.Client()
 	for _, b := range beforeCRD {
 		b(f)
 	}
 	if err := lbc.InstallCRD(ctx, c.Config); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	f.arn, err = f.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
 		Name: "web", LoadBalancerType: elbv2sim.Application, Port: 8080, TargetType: "ip",
 		HealthCheckPath: "/", HealthCheckInterval: 300 * time.Millisecond, DeregistrationDelay: 10 * time.Minute,
@@ -495,13 +491,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	testutil.Eventually(t, ctx, what, func() (bool, error) { return cond(), nil })
 }
 
 type testWriter struct{ t *testing.T }

@@ -2,12 +2,7 @@ package elbv2_test
 
 import (
 	"fmt"
-	"net/http"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
@@ -20,15 +15,10 @@ func Example() {
 	// from the usual AWS config.
 	sim := elbv2sim.New(elbv2sim.Config{})
 	defer sim.Close()
-	url, _ := sim.Listen("127.0.0.1:0")
+	sim.Listen("127.0.0.1:0")
 	arn, _ := sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "web", Port: 8080, HealthCheckInterval: time.Minute})
 	_ = sim.RegisterTargets(arn, elbv2sim.Target{ID: "127.0.0.1", Port: 8080})
-	client := elasticloadbalancingv2.New(elasticloadbalancingv2.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		HTTPClient:   &http.Client{Transport: &http.Transport{Proxy: nil}},
-	})
+	client := sim.Client() // an *elasticloadbalancingv2.Client
 
 	p := elbv2.New(client, elbv2.Config{}) // 2 calls/s, burst 5, every 2 s
 	defer p.Close()

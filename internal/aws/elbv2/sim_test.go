@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
 	"draingate.dev/draingate/internal/sim/elbv2sim"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // waitLimit bounds every wait for a condition; generous because the machine
@@ -32,21 +32,11 @@ type bench struct {
 func newBench(tb testing.TB) *bench {
 	tb.Helper()
 	sim := elbv2sim.New(elbv2sim.Config{})
-	url, err := sim.Listen("127.0.0.1:0")
-	if err != nil {
+	if _, err := sim.Listen("127.0.0.1:0"); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { sim.Close() })
-	// No proxy: the emulator is on loopback whatever the environment says.
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	tb.Cleanup(hc.CloseIdleConnections)
-	client := elasticloadbalancingv2.New(elasticloadbalancingv2.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials:  credentials.NewStaticCredentialsProvider("AKIDTEST", "test-secret", ""),
-		HTTPClient:   hc,
-	})
-	return &bench{sim: sim, client: client}
+	return &bench{sim: sim, client: sim.Client()}
 }
 
 // group creates a target group whose health checks and drains are fast.
@@ -89,15 +79,12 @@ func healthyTarget(tb testing.TB) elbv2sim.Target {
 	return elbv2sim.Target{ID: host, Port: int32(p)}
 }
 
+// waitFor is testutil.Eventually bounded by waitLimit.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	testutil.Eventually(tb, ctx, what, func() (bool, error) { return cond(), nil })
 }
 
 // results counts Config.Metrics reports.
