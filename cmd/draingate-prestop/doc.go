@@ -15,6 +15,7 @@
 // It must never block termination past its deadline and never fail the
 // hook: wait exits 0 whatever happened. install exits 1 on failure, so the
 // init container fails loudly instead of leaving a pod without its agent.
-// It imports the standard library, golang.org/x/sys and this module's api
-// and internal/prestop only, so it stays small.
+// It imports the standard library, golang.org/x/sys and this module's api,
+// internal/prestop and the stdlib-only internal/envflag only, so it stays
+// small.
 package main

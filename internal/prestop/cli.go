@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"draingate.dev/draingate/internal/envflag"
 )
 
 // DefaultServer is the gate server's in-cluster address when neither
@@ -16,8 +18,8 @@ import (
 const DefaultServer = "http://draingate.draingate-system.svc:8080"
 
 // waitFlags are the wait command's flags. Each also reads DRAINGATE_<NAME>
-// (upper case, '-' as '_'), so the webhook can configure the agent through
-// env alone; a flag wins over its variable.
+// (see envflag), so the webhook can configure the agent through env alone;
+// a flag wins over its variable.
 var waitFlags = []struct{ name, def, usage string }{
 	{"server", DefaultServer, "gate server root URL (http:// only)"},
 	{"max-wait", "90s", "longest wait for a release, from the start; the original hook runs after it"},
@@ -29,10 +31,6 @@ var waitFlags = []struct{ name, def, usage string }{
 	{"pod-namespace", "", "this pod's namespace (downward API: metadata.namespace)"},
 	{"pod-uid", "", "this pod's UID (downward API: metadata.uid)"},
 	{"log", "", "also append the log lines to this file; /proc/1/fd/1 puts them in kubectl logs, since the kubelet drops a successful hook's output"},
-}
-
-func envName(flagName string) string {
-	return "DRAINGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // Main is the draingate-prestop command line; it returns the exit code.
@@ -89,7 +87,7 @@ flags of wait, each also read from the environment variable shown:
 		if f.def != "" {
 			def = ", default " + f.def
 		}
-		fmt.Fprintf(w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, envName(f.name), def)
+		fmt.Fprintf(w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, envflag.Name(f.name), def)
 	}
 }
 
@@ -137,9 +135,8 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 	}
 	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	vals := map[string]*string{}
 	for _, f := range waitFlags {
-		vals[f.name] = fs.String(f.name, "", f.usage)
+		fs.String(f.name, f.def, f.usage)
 	}
 	for rest := flagArgs; len(rest) > 0; {
 		err := fs.Parse(rest)
@@ -160,22 +157,22 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 		}
 		rest = next
 	}
-	set := map[string]bool{}
+	set := map[string]bool{} // given on the command line
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// The flags are strings, so the environment cannot fail to set them:
+	// the values are checked below, naming where each came from.
+	if err := envflag.Apply(fs, getenv); err != nil {
+		problems = append(problems, oneLine(err))
+	}
+	fromEnv := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { fromEnv[f.Name] = !set[f.Name] })
 	// value returns the setting and where it came from, for error messages.
 	value := func(name string) (string, string) {
-		if set[name] {
-			return *vals[name], "--" + name
+		v := fs.Lookup(name).Value.String()
+		if fromEnv[name] {
+			return v, "$" + envflag.Name(name)
 		}
-		if v := getenv(envName(name)); v != "" {
-			return v, "$" + envName(name)
-		}
-		for _, f := range waitFlags {
-			if f.name == name {
-				return f.def, "--" + name
-			}
-		}
-		panic("unknown flag " + name)
+		return v, "--" + name
 	}
 	duration := func(name string, positive bool) time.Duration {
 		s, from := value(name)

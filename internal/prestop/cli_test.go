@@ -46,6 +46,15 @@ func TestParseWaitDefaultsAndEnv(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Then, Hook{HTTPGet: "http://127.0.0.1:8080/stop"}) {
 		t.Errorf("http-get flag over env sleep: %+v", cfg.Then)
 	}
+
+	// A bad value is blamed on where it came from.
+	_, _, problems = parseWait([]string{"--fallback", "later"}, env(map[string]string{"DRAINGATE_MAX_WAIT": "soon", "DRAINGATE_FALLBACK": "1s"}))
+	all := strings.Join(problems, "\n")
+	for _, p := range []string{`$DRAINGATE_MAX_WAIT "soon" is not a duration`, `--fallback "later" is not a duration`} {
+		if !strings.Contains(all, p) {
+			t.Errorf("problems lack %q:\n%s", p, all)
+		}
+	}
 }
 
 func TestParseWaitBadFlagsKeepTheHook(t *testing.T) {

@@ -17,7 +17,7 @@
 //     failed preStop hook only costs an Event while a stuck one costs the
 //     whole grace period.
 //
-// It uses the standard library and draingate's api package only (not even
-// net/http: see httpget.go), so the agent stays a small static binary that
-// needs nothing from the app's image.
+// It uses the standard library, draingate's api package and the stdlib-only
+// internal/envflag only (not even net/http: see httpget.go), so the agent
+// stays a small static binary that needs nothing from the app's image.
 package prestop

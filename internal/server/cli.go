@@ -20,13 +20,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/envflag"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/webhook"
 )
 
 // serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
-// (upper case, '-' as '_'); a flag on the command line wins.
+// (see envflag); a flag on the command line wins.
 type serveFlags struct {
 	kubeconfig, listen, metricsListen string
 	region, endpoint                  string
@@ -42,10 +43,6 @@ type serveFlags struct {
 	webhookCertManager, injectImageVolume               bool
 	agentImage, agentServer                             string
 	injectMaxWait, injectFallback, injectShutdownBudget time.Duration
-}
-
-func envName(flagName string) string {
-	return "DRAINGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
@@ -83,24 +80,6 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.injectShutdownBudget, "inject-shutdown-budget", 30*time.Second, "the app's time after the hook, added to the grace period (annotation draingate.dev/shutdown-budget)")
 	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
 	return fs
-}
-
-// applyEnv sets every flag not given on the command line from its variable.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
 }
 
 func (f *serveFlags) validate() error {
@@ -163,7 +142,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	var f serveFlags
 	fs := newServeFlagSet(&f, stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\nEach flag also reads DRAINGATE_<FLAG> (upper case, '-' as '_'); a flag given on the command line wins.")
+		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\n"+envflag.Help)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -176,7 +155,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintf(stderr, "draingate serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if err := applyEnv(fs, getenv); err != nil {
+	if err := envflag.Apply(fs, getenv); err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
 		return 2
 	}

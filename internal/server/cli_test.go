@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"draingate.dev/draingate/internal/envflag"
 )
 
 func TestServeFlagsFromEnv(t *testing.T) {
@@ -15,7 +17,7 @@ func TestServeFlagsFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DRAINGATE_TAIL_ALB": "9s", "DRAINGATE_AWS_RATE": "0.5", "DRAINGATE_TARGET_GROUPS": "false"}
-	if err := applyEnv(fs, func(k string) string { return env[k] }); err != nil {
+	if err := envflag.Apply(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if f.tailALB != 7*time.Second {
