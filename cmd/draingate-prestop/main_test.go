@@ -19,6 +19,10 @@ import (
 // maxSize is the agent's size budget: it is copied into every opted-in pod.
 const maxSize = 4 << 20
 
+// testVersion is stamped into the agent buildAgent builds, as make build
+// stamps the real one.
+const testVersion = "v0.0.0-test"
+
 // buildAgent builds the agent as it ships: static, stripped, no paths.
 func buildAgent(t *testing.T) string {
 	t.Helper()
@@ -27,7 +31,7 @@ func buildAgent(t *testing.T) string {
 		t.Skip("no go command on PATH")
 	}
 	bin := filepath.Join(t.TempDir(), "draingate-prestop")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w -X draingate.dev/draingate/internal/version.Version="+testVersion, "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -67,6 +71,7 @@ func TestAgentIsSmallStaticAndLean(t *testing.T) {
 		"draingate.dev/draingate/api":                   true,
 		"draingate.dev/draingate/internal/prestop":      true,
 		"draingate.dev/draingate/internal/envflag":      true,
+		"draingate.dev/draingate/internal/version":      true,
 		"draingate.dev/draingate/cmd/draingate-prestop": true,
 	}
 	for line := range strings.Lines(string(out)) {
@@ -107,7 +112,12 @@ func TestAgentBinary(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 
-	code, stdout, stderr := run(nil, "install", dir)
+	code, stdout, stderr := run(nil, "version")
+	if want := "draingate-prestop " + testVersion + " (go"; code != 0 || !strings.HasPrefix(stdout, want) {
+		t.Errorf("version: exit %d, %q; want 0 and %q…", code, stdout, want)
+	}
+
+	code, stdout, stderr = run(nil, "install", dir)
 	installed := filepath.Join(dir, "draingate-prestop")
 	if code != 0 || !strings.Contains(stdout, "installed "+installed) {
 		t.Fatalf("install: exit %d\n%s%s", code, stdout, stderr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/internal/envflag"
+	"draingate.dev/draingate/internal/version"
 )
 
 // DefaultServer is the gate server's in-cluster address when neither
@@ -62,6 +63,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		}
 		fmt.Fprintf(stdout, "draingate-prestop: installed %s\n", dst)
 		return 0
+	case "version":
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "draingate-prestop: version takes no arguments")
+			return 2
+		}
+		fmt.Fprintln(stdout, "draingate-prestop", version.String())
+		return 0
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -79,6 +87,8 @@ func usage(w io.Writer) {
       wait until the gate server releases this pod (or max-wait passes, or
       the fallback when no gate server answers), then run the original
       preStop hook: ARGV, --then-http-get or --then-sleep; always exits 0
+  draingate-prestop version
+      print the version
 
 flags of wait, each also read from the environment variable shown:
 `)

@@ -23,6 +23,7 @@ import (
 	"draingate.dev/draingate/internal/envflag"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/version"
 	"draingate.dev/draingate/internal/webhook"
 )
 
@@ -121,6 +122,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "version":
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "draingate: version takes no arguments")
+			return 2
+		}
+		fmt.Fprintln(stdout, "draingate", version.String())
+		return 0
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -135,6 +143,8 @@ func usage(w io.Writer) {
   draingate serve [flags]
       watch the cluster and AWS target health, answer the preStop agents'
       wait API; "draingate serve -h" lists the flags
+  draingate version
+      print the version
 `)
 }
 
@@ -302,7 +312,7 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 		Settings: inject.Settings{
 			AgentImage: f.agentImage, Server: server,
 			MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
-			ImageVolume: f.injectImageVolume, Version: Version, ServerNamespace: ns,
+			ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
 		},
 	}, nil
 }

@@ -15,10 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/version"
 )
-
-// Version is draingate's version, written into injected pods' annotation.
-const Version = "0.1.0"
 
 // namespaceObject is the metadata-only Namespace the webhook caches: it
 // needs their labels (draingate.dev/inject) and nothing else.
@@ -67,7 +65,7 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	}()
 	settings := w.Settings
 	if settings.Version == "" {
-		settings.Version = Version
+		settings.Version = version.Version
 	}
 	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
 	mux := http.NewServeMux()
