@@ -16,8 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/envflag"
@@ -221,6 +224,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return 1
 		}
 	}
+	routeLibraryLogs(log)
 	s, err := New(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
@@ -234,6 +238,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("draingate serve stopped")
 	return 0
+}
+
+// routeLibraryLogs sends controller-runtime's and client-go's (klog's) logs
+// through the server's own handler, in its format. Unset, controller-runtime
+// drops its logs and complains with a stack trace, and klog writes its own
+// format. Both are process-wide, so serve sets them only once it is about
+// to start the server.
+func routeLibraryLogs(log *slog.Logger) {
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	klog.SetSlogLogger(log)
 }
 
 func kubeConfig(path string, getenv func(string) string) (*rest.Config, error) {
