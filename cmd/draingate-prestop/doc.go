@@ -17,6 +17,6 @@
 // hook: wait exits 0 whatever happened. install exits 1 on failure, so the
 // init container fails loudly instead of leaving a pod without its agent.
 // It imports the standard library, golang.org/x/sys and this module's api,
-// internal/prestop and the stdlib-only internal/envflag and
-// internal/version only, so it stays small.
+// internal/prestop and the stdlib-only internal/envflag, internal/version
+// and internal/backoff only, so it stays small.
 package main

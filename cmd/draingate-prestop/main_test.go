@@ -72,6 +72,7 @@ func TestAgentIsSmallStaticAndLean(t *testing.T) {
 		"draingate.dev/draingate/internal/prestop":      true,
 		"draingate.dev/draingate/internal/envflag":      true,
 		"draingate.dev/draingate/internal/version":      true,
+		"draingate.dev/draingate/internal/backoff":      true,
 		"draingate.dev/draingate/cmd/draingate-prestop": true,
 	}
 	for line := range strings.Lines(string(out)) {

@@ -18,7 +18,7 @@
 //     whole grace period.
 //
 // It uses the standard library, draingate's api package and the stdlib-only
-// internal/envflag and internal/version only (not even net/http: see
-// httpget.go), so the agent stays a small static binary that needs nothing
-// from the app's image.
+// internal/envflag, internal/version and internal/backoff only (not even
+// net/http: see httpget.go), so the agent stays a small static binary that
+// needs nothing from the app's image.
 package prestop
