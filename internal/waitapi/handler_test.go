@@ -293,8 +293,8 @@ func testLongPollReleased(t *testing.T, closeOnChange bool) {
 	done := make(chan answer, 1)
 	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+testUID+"&wait=50s")) }()
 	synctest.Wait()
-	if got := testutil.ToFloat64(f.m.Waiting); got != 1 {
-		t.Errorf("waiting_pods = %v during the poll", got)
+	if got := testutil.ToFloat64(f.m.PollsInFlight); got != 1 {
+		t.Errorf("wait_polls_in_flight = %v during the poll", got)
 	}
 	// A change that does not release the pod keeps the poll going.
 	still := waiting("shop", "web-0")
@@ -318,8 +318,8 @@ func testLongPollReleased(t *testing.T, closeOnChange bool) {
 	if took := time.Since(start); took != 0 {
 		t.Errorf("answered %s after the release, want at once", took)
 	}
-	if got := testutil.ToFloat64(f.m.Waiting); got != 0 {
-		t.Errorf("waiting_pods = %v after the poll", got)
+	if got := testutil.ToFloat64(f.m.PollsInFlight); got != 0 {
+		t.Errorf("wait_polls_in_flight = %v after the poll", got)
 	}
 	if n := f.gate.subscriptions(); n != 0 {
 		t.Errorf("%d subscriptions left after the poll", n)
@@ -353,8 +353,8 @@ func TestLongPollCappedWait(t *testing.T) {
 		if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUnreleased)); got != 1 {
 			t.Errorf("waits_total{outcome=unreleased} = %v", got)
 		}
-		if got := testutil.ToFloat64(f.m.Waiting); got != 0 {
-			t.Errorf("waiting_pods = %v", got)
+		if got := testutil.ToFloat64(f.m.PollsInFlight); got != 0 {
+			t.Errorf("wait_polls_in_flight = %v", got)
 		}
 	})
 }
@@ -374,16 +374,16 @@ func TestClientDisconnectEndsPoll(t *testing.T) {
 			errc <- err
 		}()
 		synctest.Wait()
-		if got := testutil.ToFloat64(f.m.Waiting); got != 1 {
-			t.Errorf("waiting_pods = %v during the poll", got)
+		if got := testutil.ToFloat64(f.m.PollsInFlight); got != 1 {
+			t.Errorf("wait_polls_in_flight = %v during the poll", got)
 		}
 		cancel()
 		if err := <-errc; err == nil {
 			t.Fatal("the canceled request got an answer")
 		}
 		synctest.Wait() // the handler's goroutine is done
-		if got, n := testutil.ToFloat64(f.m.Waiting), f.gate.subscriptions(); got != 0 || n != 0 {
-			t.Errorf("poll still running after the client left: waiting_pods = %v, subscriptions = %d", got, n)
+		if got, n := testutil.ToFloat64(f.m.PollsInFlight), f.gate.subscriptions(); got != 0 || n != 0 {
+			t.Errorf("poll still running after the client left: wait_polls_in_flight = %v, subscriptions = %d", got, n)
 		}
 		if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeCanceled)); got != 1 {
 			t.Errorf("waits_total{outcome=canceled} = %v", got)
@@ -629,11 +629,11 @@ func testMetricNames(t *testing.T) {
 draingate_waits_total{outcome="drained"} 1
 draingate_waits_total{outcome="unknown-pod"} 1
 draingate_waits_total{outcome="unreleased"} 1
-# HELP draingate_waiting_pods Wait API long-polls in progress.
-# TYPE draingate_waiting_pods gauge
-draingate_waiting_pods 0
+# HELP draingate_wait_polls_in_flight Wait API long-polls being held (requests, not pods: an agent between two polls is not counted).
+# TYPE draingate_wait_polls_in_flight gauge
+draingate_wait_polls_in_flight 0
 `
-	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(expected), "draingate_waits_total", "draingate_waiting_pods"); err != nil {
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(expected), "draingate_waits_total", "draingate_wait_polls_in_flight"); err != nil {
 		t.Error(err)
 	}
 	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("200")); got != 2 {
