@@ -1,12 +1,16 @@
 # draingate — see README.md. Every target does its own setup on a fresh machine.
 GO ?= go
+# VERSION is stamped into the binaries (draingate version, the injected pods'
+# draingate.dev/injected annotation).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X draingate.dev/draingate/internal/version.Version=$(VERSION)
 
 .PHONY: all build test unit tools deps cluster-up cluster-down demo fmt vet clean
 
 all: build
 
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 ## deps: Debian packages the test cluster needs on the host (containerd, runc, CNI plugins, iptables)
 deps:

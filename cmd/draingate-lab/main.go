@@ -14,12 +14,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"draingate.dev/draingate/internal/lab"
 	"draingate.dev/draingate/internal/testenv"
@@ -127,6 +132,13 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// Helm's status watcher uses controller-runtime's client, and client-go
+	// logs through klog: both print to stderr as text, like the progress
+	// lines. Unset, controller-runtime drops its logs and complains with a
+	// stack trace.
+	libLog := slog.New(slog.NewTextHandler(stderr, nil))
+	ctrllog.SetLogger(logr.FromSlogHandler(libLog.Handler()))
+	klog.SetSlogLogger(libLog)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	cl, err := testenv.Start(ctx, testenv.Options{Progress: stderr})

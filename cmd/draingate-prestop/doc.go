@@ -3,6 +3,7 @@
 // the app container runs as its preStop exec hook:
 //
 //	draingate-prestop install DIR
+//	draingate-prestop version
 //	draingate-prestop wait [--server URL] [--max-wait 90s] [--fallback 30s]
 //	    [--poll-wait 20s] [--then-http-get URL | --then-sleep D] [-- ARGV...]
 //
@@ -15,6 +16,7 @@
 // It must never block termination past its deadline and never fail the
 // hook: wait exits 0 whatever happened. install exits 1 on failure, so the
 // init container fails loudly instead of leaving a pod without its agent.
-// It imports the standard library, golang.org/x/sys and this module's api
-// and internal/prestop only, so it stays small.
+// It imports the standard library, golang.org/x/sys and this module's api,
+// internal/prestop and the stdlib-only internal/envflag, internal/version
+// and internal/backoff only, so it stays small.
 package main

@@ -19,6 +19,10 @@ import (
 // maxSize is the agent's size budget: it is copied into every opted-in pod.
 const maxSize = 4 << 20
 
+// testVersion is stamped into the agent buildAgent builds, as make build
+// stamps the real one.
+const testVersion = "v0.0.0-test"
+
 // buildAgent builds the agent as it ships: static, stripped, no paths.
 func buildAgent(t *testing.T) string {
 	t.Helper()
@@ -27,7 +31,7 @@ func buildAgent(t *testing.T) string {
 		t.Skip("no go command on PATH")
 	}
 	bin := filepath.Join(t.TempDir(), "draingate-prestop")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w -X draingate.dev/draingate/internal/version.Version="+testVersion, "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -66,6 +70,9 @@ func TestAgentIsSmallStaticAndLean(t *testing.T) {
 	allowed := map[string]bool{
 		"draingate.dev/draingate/api":                   true,
 		"draingate.dev/draingate/internal/prestop":      true,
+		"draingate.dev/draingate/internal/envflag":      true,
+		"draingate.dev/draingate/internal/version":      true,
+		"draingate.dev/draingate/internal/backoff":      true,
 		"draingate.dev/draingate/cmd/draingate-prestop": true,
 	}
 	for line := range strings.Lines(string(out)) {
@@ -79,7 +86,7 @@ func TestAgentIsSmallStaticAndLean(t *testing.T) {
 			}
 		case allowed[pkg], strings.HasPrefix(pkg, "golang.org/x/sys/"):
 		default:
-			t.Errorf("the agent depends on %s: only the standard library, golang.org/x/sys and this module's api and internal/prestop are allowed", pkg)
+			t.Errorf("the agent depends on %s: only the standard library, golang.org/x/sys and this module's api, internal/prestop and its stdlib-only helpers are allowed", pkg)
 		}
 	}
 }
@@ -106,7 +113,12 @@ func TestAgentBinary(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 
-	code, stdout, stderr := run(nil, "install", dir)
+	code, stdout, stderr := run(nil, "version")
+	if want := "draingate-prestop " + testVersion + " (go"; code != 0 || !strings.HasPrefix(stdout, want) {
+		t.Errorf("version: exit %d, %q; want 0 and %q…", code, stdout, want)
+	}
+
+	code, stdout, stderr = run(nil, "install", dir)
 	installed := filepath.Join(dir, "draingate-prestop")
 	if code != 0 || !strings.Contains(stdout, "installed "+installed) {
 		t.Fatalf("install: exit %d\n%s%s", code, stdout, stderr)

@@ -1,6 +1,6 @@
 // Command draingate is the gate server: `draingate serve` watches the
-// cluster and AWS target health and answers the preStop agents' wait API.
-// See internal/server.
+// cluster and AWS target health and answers the preStop agents' wait API;
+// `draingate version` prints the version. See internal/server.
 package main
 
 import (

@@ -9,6 +9,10 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/envflag"
+	"draingate.dev/draingate/internal/version"
 )
 
 // DefaultServer is the gate server's in-cluster address when neither
@@ -16,8 +20,8 @@ import (
 const DefaultServer = "http://draingate.draingate-system.svc:8080"
 
 // waitFlags are the wait command's flags. Each also reads DRAINGATE_<NAME>
-// (upper case, '-' as '_'), so the webhook can configure the agent through
-// env alone; a flag wins over its variable.
+// (see envflag), so the webhook can configure the agent through env alone;
+// a flag wins over its variable.
 var waitFlags = []struct{ name, def, usage string }{
 	{"server", DefaultServer, "gate server root URL (http:// only)"},
 	{"max-wait", "90s", "longest wait for a release, from the start; the original hook runs after it"},
@@ -29,10 +33,6 @@ var waitFlags = []struct{ name, def, usage string }{
 	{"pod-namespace", "", "this pod's namespace (downward API: metadata.namespace)"},
 	{"pod-uid", "", "this pod's UID (downward API: metadata.uid)"},
 	{"log", "", "also append the log lines to this file; /proc/1/fd/1 puts them in kubectl logs, since the kubelet drops a successful hook's output"},
-}
-
-func envName(flagName string) string {
-	return "DRAINGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // Main is the draingate-prestop command line; it returns the exit code.
@@ -64,6 +64,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		}
 		fmt.Fprintf(stdout, "draingate-prestop: installed %s\n", dst)
 		return 0
+	case "version":
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "draingate-prestop: version takes no arguments")
+			return 2
+		}
+		fmt.Fprintln(stdout, "draingate-prestop", version.String())
+		return 0
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -81,6 +88,8 @@ func usage(w io.Writer) {
       wait until the gate server releases this pod (or max-wait passes, or
       the fallback when no gate server answers), then run the original
       preStop hook: ARGV, --then-http-get or --then-sleep; always exits 0
+  draingate-prestop version
+      print the version
 
 flags of wait, each also read from the environment variable shown:
 `)
@@ -89,7 +98,7 @@ flags of wait, each also read from the environment variable shown:
 		if f.def != "" {
 			def = ", default " + f.def
 		}
-		fmt.Fprintf(w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, envName(f.name), def)
+		fmt.Fprintf(w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, envflag.Name(f.name), def)
 	}
 }
 
@@ -137,9 +146,8 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 	}
 	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	vals := map[string]*string{}
 	for _, f := range waitFlags {
-		vals[f.name] = fs.String(f.name, "", f.usage)
+		fs.String(f.name, f.def, f.usage)
 	}
 	for rest := flagArgs; len(rest) > 0; {
 		err := fs.Parse(rest)
@@ -160,22 +168,22 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 		}
 		rest = next
 	}
-	set := map[string]bool{}
+	set := map[string]bool{} // given on the command line
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// The flags are strings, so the environment cannot fail to set them:
+	// the values are checked below, naming where each came from.
+	if err := envflag.Apply(fs, getenv); err != nil {
+		problems = append(problems, api.OneLine(err.Error()))
+	}
+	fromEnv := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { fromEnv[f.Name] = !set[f.Name] })
 	// value returns the setting and where it came from, for error messages.
 	value := func(name string) (string, string) {
-		if set[name] {
-			return *vals[name], "--" + name
+		v := fs.Lookup(name).Value.String()
+		if fromEnv[name] {
+			return v, "$" + envflag.Name(name)
 		}
-		if v := getenv(envName(name)); v != "" {
-			return v, "$" + envName(name)
-		}
-		for _, f := range waitFlags {
-			if f.name == name {
-				return f.def, "--" + name
-			}
-		}
-		panic("unknown flag " + name)
+		return v, "--" + name
 	}
 	duration := func(name string, positive bool) time.Duration {
 		s, from := value(name)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/version"
 )
 
 func env(m map[string]string) func(string) string {
@@ -45,6 +46,15 @@ func TestParseWaitDefaultsAndEnv(t *testing.T) {
 	cfg, _, _ = parseWait([]string{"--then-http-get", "http://127.0.0.1:8080/stop"}, e)
 	if !reflect.DeepEqual(cfg.Then, Hook{HTTPGet: "http://127.0.0.1:8080/stop"}) {
 		t.Errorf("http-get flag over env sleep: %+v", cfg.Then)
+	}
+
+	// A bad value is blamed on where it came from.
+	_, _, problems = parseWait([]string{"--fallback", "later"}, env(map[string]string{"DRAINGATE_MAX_WAIT": "soon", "DRAINGATE_FALLBACK": "1s"}))
+	all := strings.Join(problems, "\n")
+	for _, p := range []string{`$DRAINGATE_MAX_WAIT "soon" is not a duration`, `--fallback "later" is not a duration`} {
+		if !strings.Contains(all, p) {
+			t.Errorf("problems lack %q:\n%s", p, all)
+		}
 	}
 }
 
@@ -131,6 +141,15 @@ func TestMainOtherCommands(t *testing.T) {
 	}
 	if code := Main(ctx, []string{"help"}, env(nil), &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "DRAINGATE_MAX_WAIT, default 90s") {
 		t.Errorf("help: exit %d, %q", code, stdout.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := Main(ctx, []string{"version"}, env(nil), &stdout, &stderr); code != 0 ||
+		stdout.String() != "draingate-prestop "+version.String()+"\n" || stderr.Len() != 0 {
+		t.Errorf("version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	if code := Main(ctx, []string{"version", "extra"}, env(nil), &stdout, &stderr); code != 2 {
+		t.Errorf("version extra: exit %d, want 2", code)
 	}
 	for _, args := range [][]string{{"install"}, {"install", "a", "b"}, {"install", filepath.Join(t.TempDir(), "missing")}} {
 		stderr.Reset()

@@ -17,7 +17,8 @@
 //     failed preStop hook only costs an Event while a stuck one costs the
 //     whole grace period.
 //
-// It uses the standard library and draingate's api package only (not even
+// It uses the standard library, draingate's api package and the stdlib-only
+// internal/envflag, internal/version and internal/backoff only (not even
 // net/http: see httpget.go), so the agent stays a small static binary that
 // needs nothing from the app's image.
 package prestop

@@ -1,14 +1,16 @@
 package prestop
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,10 +36,11 @@ type gateAsk struct {
 	req api.DrainRequest
 }
 
-// gate is a fake gate server on loopback speaking the wire format; script
-// decides each answer from the ask's number (0-based) and request.
+// gate is a fake gate server on the in-memory network speaking the wire
+// format; script decides each answer from the ask's number (0-based) and
+// request.
 type gate struct {
-	*httptest.Server
+	URL    string
 	script func(n int, req api.DrainRequest) reply
 
 	mu   sync.Mutex
@@ -47,8 +50,7 @@ type gate struct {
 func newGate(t *testing.T, script func(n int, req api.DrainRequest) reply) *gate {
 	t.Helper()
 	g := &gate{script: script}
-	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
-	t.Cleanup(g.Close)
+	g.URL = serveMem(t, http.HandlerFunc(g.serve))
 	return g
 }
 
@@ -114,7 +116,7 @@ func waiting(hold bool) reply {
 
 // hookRecorder is an http-get hook target that notes when it was hit.
 type hookRecorder struct {
-	*httptest.Server
+	URL  string
 	mu   sync.Mutex
 	hits []time.Time
 }
@@ -122,12 +124,11 @@ type hookRecorder struct {
 func newHookRecorder(t *testing.T) *hookRecorder {
 	t.Helper()
 	h := &hookRecorder{}
-	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.URL = serveMem(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		h.hits = append(h.hits, time.Now())
 		h.mu.Unlock()
 	}))
-	t.Cleanup(h.Close)
 	return h
 }
 
@@ -158,16 +159,108 @@ func config(server string, log io.Writer) Config {
 	}
 }
 
-// closedPort is a loopback address nothing listens on: connection refused.
+// closedPort is an address nothing listens on: connection refused.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return "http://" + testNet.unused()
+}
+
+// memNet is the in-memory network the agent dials in these tests (see
+// TestMain): a listener per host:port, connections made with net.Pipe.
+// Unlike loopback TCP, a goroutine blocked on such a connection is durably
+// blocked, so tests can run the agent and its peers in a synctest bubble,
+// where time is fake: waits cost nothing and their length is exact.
+type memNet struct {
+	mu        sync.Mutex
+	listeners map[string]*memListener
+	n         int
+}
+
+var testNet = &memNet{listeners: map[string]*memListener{}}
+
+// unused returns a new address that nothing listens on.
+func (m *memNet) unused() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	return fmt.Sprintf("host-%d.test:8080", m.n)
+}
+
+// listen opens a listener on a new address; inside a bubble, call it there.
+func (m *memNet) listen() *memListener {
+	l := &memListener{net: m, addr: m.unused(), conns: make(chan net.Conn), done: make(chan struct{})}
+	m.mu.Lock()
+	m.listeners[l.addr] = l
+	m.mu.Unlock()
+	return l
+}
+
+func (m *memNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	m.mu.Lock()
+	l := m.listeners[addr]
+	m.mu.Unlock()
+	refused := &net.OpError{Op: "dial", Net: network, Addr: memAddr(addr), Err: syscall.ECONNREFUSED}
+	if l == nil {
+		return nil, refused
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		client.Close()
+		server.Close()
+		return nil, refused
+	case <-ctx.Done():
+		client.Close()
+		server.Close()
+		return nil, ctx.Err()
+	}
+}
+
+type memListener struct {
+	net   *memNet
+	addr  string
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() {
+		l.net.mu.Lock()
+		delete(l.net.listeners, l.addr)
+		l.net.mu.Unlock()
+		close(l.done)
+	})
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr(l.addr) }
+
+type memAddr string
+
+func (memAddr) Network() string  { return "mem" }
+func (a memAddr) String() string { return string(a) }
+
+// serveMem serves h on a new address of the in-memory network until the
+// test ends, and returns its URL.
+func serveMem(t *testing.T, h http.Handler) string {
+	t.Helper()
+	l := testNet.listen()
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + l.addr
 }
 
 func mustContain(t *testing.T, log string, wants ...string) {

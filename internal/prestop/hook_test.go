@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"draingate.dev/draingate/api"
@@ -32,6 +32,8 @@ func readMarker(t *testing.T, path string) (time.Time, string) {
 	return time.Unix(0, n), args
 }
 
+// Not in a synctest bubble: the hook process notes the real time, which is
+// compared with the gate's.
 func TestExecHook(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "marker")
 	t.Setenv(hookMarkerEnv, marker)
@@ -60,60 +62,65 @@ func TestExecHook(t *testing.T) {
 }
 
 func TestExecHookFailureIsReportedNotFatal(t *testing.T) {
-	marker := filepath.Join(t.TempDir(), "marker")
-	t.Setenv(hookMarkerEnv, marker)
-	t.Setenv(hookExitEnv, "3")
-	var log testutil.SyncBuffer
-	cfg := config(closedPort(t), &log)
-	cfg.Fallback = 0
-	cfg.Then = Hook{Exec: []string{os.Args[0]}}
-	res := Run(context.Background(), cfg)
-	var exit *exec.ExitError
-	if !res.HookRan || !errors.As(res.HookErr, &exit) || exit.ExitCode() != 3 {
-		t.Fatalf("got %+v, want the hook's exit status 3 reported", res)
-	}
-	readMarker(t, marker)
-	mustContain(t, log.String(), "original hook failed after", "exit status 3")
+	synctest.Test(t, func(t *testing.T) {
+		marker := filepath.Join(t.TempDir(), "marker")
+		t.Setenv(hookMarkerEnv, marker)
+		t.Setenv(hookExitEnv, "3")
+		var log testutil.SyncBuffer
+		cfg := config(closedPort(t), &log)
+		cfg.Fallback = 0
+		cfg.Then = Hook{Exec: []string{os.Args[0]}}
+		res := Run(context.Background(), cfg)
+		var exit *exec.ExitError
+		if !res.HookRan || !errors.As(res.HookErr, &exit) || exit.ExitCode() != 3 {
+			t.Fatalf("got %+v, want the hook's exit status 3 reported", res)
+		}
+		readMarker(t, marker)
+		mustContain(t, log.String(), "original hook failed after", "exit status 3")
 
-	cfg.Then = Hook{Exec: []string{filepath.Join(t.TempDir(), "no-such-hook")}}
-	if res := Run(context.Background(), cfg); !res.HookRan || res.HookErr == nil {
-		t.Errorf("a missing hook binary: %+v", res)
-	}
+		cfg.Then = Hook{Exec: []string{filepath.Join(t.TempDir(), "no-such-hook")}}
+		if res := Run(context.Background(), cfg); !res.HookRan || res.HookErr == nil {
+			t.Errorf("a missing hook binary: %+v", res)
+		}
+	})
 }
 
 func TestHTTPGetHookAnyStatusIsDone(t *testing.T) {
-	var got *http.Request
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = r
-		http.Error(w, "shutting down badly", 500)
-	}))
-	defer srv.Close()
-	var log testutil.SyncBuffer
-	cfg := config(closedPort(t), &log)
-	cfg.Fallback = 0
-	cfg.Then = Hook{HTTPGet: srv.URL + "/pre-stop?x=1"}
-	res := Run(context.Background(), cfg)
-	if !res.HookRan || res.HookErr != nil {
-		t.Fatalf("got %+v", res)
-	}
-	if got == nil || got.Method != "GET" || got.URL.RequestURI() != "/pre-stop?x=1" {
-		t.Fatalf("hook request %+v", got)
-	}
-	mustContain(t, log.String(), "original hook done after", "(answered 500)")
+	synctest.Test(t, func(t *testing.T) {
+		var got *http.Request
+		url := serveMem(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = r
+			http.Error(w, "shutting down badly", 500)
+		}))
+		var log testutil.SyncBuffer
+		cfg := config(closedPort(t), &log)
+		cfg.Fallback = 0
+		cfg.Then = Hook{HTTPGet: url + "/pre-stop?x=1"}
+		res := Run(context.Background(), cfg)
+		if !res.HookRan || res.HookErr != nil {
+			t.Fatalf("got %+v", res)
+		}
+		if got == nil || got.Method != "GET" || got.URL.RequestURI() != "/pre-stop?x=1" {
+			t.Fatalf("hook request %+v", got)
+		}
+		mustContain(t, log.String(), "original hook done after", "(answered 500)")
+	})
 }
 
 func TestSleepHook(t *testing.T) {
-	g := newGate(t, func(int, api.DrainRequest) reply { return released(api.ReasonDrained) })
-	cfg := config(g.URL, nil)
-	cfg.Then = Hook{Sleep: 300 * time.Millisecond}
-	before := time.Now()
-	res := Run(context.Background(), cfg)
-	if !res.HookRan || res.HookErr != nil {
-		t.Fatalf("got %+v", res)
-	}
-	if took := time.Since(before); took < res.Waited+cfg.Then.Sleep {
-		t.Errorf("Run took %s, want at least the wait (%s) plus the sleep", took, res.Waited)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate(t, func(int, api.DrainRequest) reply { return released(api.ReasonDrained) })
+		cfg := config(g.URL, nil)
+		cfg.Then = Hook{Sleep: 300 * time.Millisecond}
+		before := time.Now()
+		res := Run(context.Background(), cfg)
+		if !res.HookRan || res.HookErr != nil {
+			t.Fatalf("got %+v", res)
+		}
+		if took := time.Since(before); took != res.Waited+cfg.Then.Sleep {
+			t.Errorf("Run took %s, want the wait (%s) plus the sleep", took, res.Waited)
+		}
+	})
 }
 
 func TestHookValidate(t *testing.T) {

@@ -49,6 +49,10 @@ func checkHTTPURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// dial opens the agent's connections: net.Dialer's. Tests put the agent on
+// an in-memory network instead, where synctest's fake clock applies.
+var dial = (&net.Dialer{}).DialContext
+
 // httpGet sends one GET for rawURL and reads the answer, body included
 // (discarded when keepBody is false). ctx bounds everything: dialing,
 // writing, the server's holding time and reading.
@@ -61,8 +65,7 @@ func httpGet(ctx context.Context, rawURL string, keepBody bool) (response, error
 	if port == "" {
 		port = "80"
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
+	conn, err := dial(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
 	if err != nil {
 		return response{}, err
 	}

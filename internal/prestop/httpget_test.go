@@ -10,12 +10,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 func TestHTTPGetFraming(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB: net/http chunks it
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url := serveMem(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Host == "" || r.Header.Get("User-Agent") != "draingate-prestop" || r.Header.Get("Connection") != "close" {
 			http.Error(w, "bad request headers", 400)
 			return
@@ -35,33 +36,30 @@ func TestHTTPGetFraming(t *testing.T) {
 			}
 		}
 	}))
-	defer srv.Close()
 	ctx := context.Background()
 
-	r, err := httpGet(ctx, srv.URL+"/chunked", true)
+	r, err := httpGet(ctx, url+"/chunked", true)
 	if err != nil || r.status != 200 || !bytes.Equal(r.body, big) {
 		t.Errorf("chunked: status %d, %d bytes, %v", r.status, len(r.body), err)
 	}
-	r, err = httpGet(ctx, srv.URL+"/small?q=1", true)
+	r, err = httpGet(ctx, url+"/small?q=1", true)
 	if err != nil || r.status != 200 || string(r.body) != `{"released":true}` {
 		t.Errorf("content-length: %d %q %v", r.status, r.body, err)
 	}
-	r, err = httpGet(ctx, srv.URL+"/empty", true)
+	r, err = httpGet(ctx, url+"/empty", true)
 	if err != nil || r.status != 204 || len(r.body) != 0 {
 		t.Errorf("204: %d %q %v", r.status, r.body, err)
 	}
-	if _, err = httpGet(ctx, srv.URL+"/huge", true); !errors.Is(err, errTooLarge) {
+	if _, err = httpGet(ctx, url+"/huge", true); !errors.Is(err, errTooLarge) {
 		t.Errorf("1.25 MiB body: %v, want too large", err)
 	}
 }
 
-// rawServer answers every connection with the given bytes, then closes it.
+// rawServer answers every connection with the given bytes, then closes it;
+// "hang" answers nothing until the agent hangs up.
 func rawServer(t *testing.T, answer string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testNet.listen()
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
@@ -73,7 +71,7 @@ func rawServer(t *testing.T, answer string) string {
 				defer c.Close()
 				c.Read(make([]byte, 4096))
 				if answer == "hang" {
-					time.Sleep(5 * time.Second)
+					io.Copy(io.Discard, c)
 					return
 				}
 				io.WriteString(c, answer)
@@ -115,22 +113,50 @@ func TestHTTPGetRawAnswers(t *testing.T) {
 }
 
 func TestHTTPGetHonoursContext(t *testing.T) {
-	url := rawServer(t, "hang")
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := httpGet(ctx, url+"/", true)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("got %v, want the context's deadline", err)
-	}
-	if took := time.Since(start); took > 200*time.Millisecond+slack {
-		t.Errorf("took %s", took)
+	synctest.Test(t, func(t *testing.T) {
+		url := rawServer(t, "hang")
+		const timeout = 200 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		start := time.Now()
+		_, err := httpGet(ctx, url+"/", true)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want the context's deadline", err)
+		}
+		if took := time.Since(start); took != timeout {
+			t.Errorf("took %s, want the context's %s", took, timeout)
+		}
+
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		if _, err := httpGet(ctx, url+"/", true); !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled: got %v", err)
+		}
+	})
+}
+
+// The other tests dial the in-memory network; this one the real one.
+func TestHTTPGetOverTCP(t *testing.T) {
+	saved := dial
+	dial = (&net.Dialer{}).DialContext
+	defer func() { dial = saved }()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"released":true}`)
+	}))
+	defer srv.Close()
+	r, err := httpGet(context.Background(), srv.URL+"/x", true)
+	if err != nil || r.status != 200 || string(r.body) != `{"released":true}` {
+		t.Errorf("loopback: %d %q %v", r.status, r.body, err)
 	}
 
-	ctx, cancel = context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, cancel)
-	if _, err := httpGet(ctx, url+"/", true); !errors.Is(err, context.Canceled) {
-		t.Errorf("canceled: got %v", err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	if _, err := httpGet(context.Background(), "http://"+addr+"/", true); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("closed port: got %v, want connection refused", err)
 	}
 }
 

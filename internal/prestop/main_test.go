@@ -27,8 +27,8 @@ func TestMain(m *testing.M) {
 		code, _ := strconv.Atoi(os.Getenv(hookExitEnv))
 		os.Exit(code)
 	}
-	// Production backoff (250 ms doubling to 5 s) would make every retry
-	// test take seconds; TestBackoff checks the real values.
-	minBackoff, maxBackoff = 10*time.Millisecond, 80*time.Millisecond
+	// The agent dials the tests' in-memory network; TestHTTPGetOverTCP
+	// puts the real one back.
+	dial = testNet.dial
 	os.Exit(m.Run())
 }

@@ -6,20 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/backoff"
 )
 
-// Backoff between failed asks: doubling from minBackoff to maxBackoff, each
-// pause drawn from its upper half so that the pods of one rollout do not ask
-// a recovering server in lockstep. Variables so tests can shrink them.
-var (
-	minBackoff = 250 * time.Millisecond
-	maxBackoff = 5 * time.Second
-)
+// retry paces failed asks: doubling from 250 ms to 5 s, each pause drawn
+// from its upper half so that the pods of one rollout do not ask a
+// recovering server in lockstep.
+var retry = backoff.Policy{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 
 const (
 	// answerSlack is how much longer than the wait it asked for the agent
@@ -69,11 +66,11 @@ type waiter struct {
 	start time.Time
 	res   Result
 
-	answered bool          // some HTTP answer came back, whatever its status
-	backoff  time.Duration // the current backoff step; zero after a good answer
-	notFound int           // 404s in a row
-	lastErr  string        // the last failure logged, to log only changes
-	lastSeen string        // the last waiting verdict logged, likewise
+	answered bool   // some HTTP answer came back, whatever its status
+	failures int    // failed asks since the last good answer, for the backoff
+	notFound int    // 404s in a row
+	lastErr  string // the last failure logged, to log only changes
+	lastSeen string // the last waiting verdict logged, likewise
 }
 
 func (w *waiter) run(ctx context.Context) {
@@ -144,7 +141,7 @@ func (w *waiter) run(ctx context.Context) {
 				continue
 			}
 			w.res.Verdict = &v
-			w.backoff, w.notFound, w.lastErr = 0, 0, ""
+			w.failures, w.notFound, w.lastErr = 0, 0, ""
 			if v.Released {
 				w.res.Outcome = Released
 				w.log.printf("released after %s: %s", w.since(), summary(&v))
@@ -213,16 +210,8 @@ func (w *waiter) failed(what, then string) {
 
 // pause sleeps one backoff step, never past limit.
 func (w *waiter) pause(ctx context.Context, limit time.Time) {
-	sleepUntil(ctx, earlier(time.Now().Add(w.nextBackoff()), limit))
-}
-
-func (w *waiter) nextBackoff() time.Duration {
-	if w.backoff == 0 {
-		w.backoff = minBackoff
-	} else {
-		w.backoff = min(2*w.backoff, maxBackoff)
-	}
-	return w.backoff/2 + rand.N(w.backoff/2+1)
+	w.failures++
+	sleepUntil(ctx, earlier(time.Now().Add(retry.Next(w.failures)), limit))
 }
 
 func (w *waiter) since() string { return round(time.Since(w.start)) }

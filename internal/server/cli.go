@@ -16,16 +16,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/envflag"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
+	"draingate.dev/draingate/internal/version"
 )
 
 // serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
-// (upper case, '-' as '_'); a flag on the command line wins.
+// (see envflag); a flag on the command line wins.
 type serveFlags struct {
 	kubeconfig, listen, metricsListen string
 	region, endpoint                  string
@@ -41,10 +46,6 @@ type serveFlags struct {
 	webhookCertManager, injectImageVolume               bool
 	agentImage, agentServer                             string
 	injectMaxWait, injectFallback, injectShutdownBudget time.Duration
-}
-
-func envName(flagName string) string {
-	return "DRAINGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
@@ -82,24 +83,6 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.injectShutdownBudget, "inject-shutdown-budget", 30*time.Second, "the app's time after the hook, added to the grace period (annotation draingate.dev/shutdown-budget)")
 	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
 	return fs
-}
-
-// applyEnv sets every flag not given on the command line from its variable.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
 }
 
 func (f *serveFlags) validate() error {
@@ -141,6 +124,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "version":
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "draingate: version takes no arguments")
+			return 2
+		}
+		fmt.Fprintln(stdout, "draingate", version.String())
+		return 0
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -155,6 +145,8 @@ func usage(w io.Writer) {
   draingate serve [flags]
       watch the cluster and AWS target health, answer the preStop agents'
       wait API; "draingate serve -h" lists the flags
+  draingate version
+      print the version
 `)
 }
 
@@ -162,7 +154,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	var f serveFlags
 	fs := newServeFlagSet(&f, stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\nEach flag also reads DRAINGATE_<FLAG> (upper case, '-' as '_'); a flag given on the command line wins.")
+		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\n"+envflag.Help)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -175,7 +167,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintf(stderr, "draingate serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if err := applyEnv(fs, getenv); err != nil {
+	if err := envflag.Apply(fs, getenv); err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
 		return 2
 	}
@@ -231,6 +223,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return 1
 		}
 	}
+	routeLibraryLogs(log)
 	s, err := New(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
@@ -244,6 +237,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("draingate serve stopped")
 	return 0
+}
+
+// routeLibraryLogs sends controller-runtime's and client-go's (klog's) logs
+// through the server's own handler, in its format. Unset, controller-runtime
+// drops its logs and complains with a stack trace, and klog writes its own
+// format. Both are process-wide, so serve sets them only once it is about
+// to start the server.
+func routeLibraryLogs(log *slog.Logger) {
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	klog.SetSlogLogger(log)
 }
 
 func kubeConfig(path string, getenv func(string) string) (*rest.Config, error) {
@@ -322,7 +325,7 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 		Settings: inject.Settings{
 			AgentImage: f.agentImage, Server: server,
 			MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
-			ImageVolume: f.injectImageVolume, Version: Version, ServerNamespace: ns,
+			ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
 		},
 	}, nil
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"draingate.dev/draingate/internal/envflag"
+	"draingate.dev/draingate/internal/version"
 )
 
 func TestServeFlagsFromEnv(t *testing.T) {
@@ -15,7 +18,7 @@ func TestServeFlagsFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DRAINGATE_TAIL_ALB": "9s", "DRAINGATE_AWS_RATE": "0.5", "DRAINGATE_TARGET_GROUPS": "false"}
-	if err := applyEnv(fs, func(k string) string { return env[k] }); err != nil {
+	if err := envflag.Apply(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if f.tailALB != 7*time.Second {
@@ -59,6 +62,14 @@ func TestMainCommands(t *testing.T) {
 	if code := Main(context.Background(), []string{"serve", "-h"}, func(string) string { return "" }, &out, &errb); code != 0 ||
 		!strings.Contains(errb.String(), "-aws-rate") || !strings.Contains(errb.String(), "divided by the replicas") {
 		t.Errorf("serve -h: exit %d, help %q: want 0 and the flags, with how the budget divides among replicas", code, errb.String())
+	}
+	errb.Reset()
+	if code := Main(context.Background(), []string{"version"}, func(string) string { return "" }, &out, &errb); code != 0 ||
+		out.String() != "draingate "+version.String()+"\n" || errb.Len() != 0 {
+		t.Errorf("version: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	if code := Main(context.Background(), []string{"version", "extra"}, func(string) string { return "" }, &out, &errb); code != 2 {
+		t.Errorf("version extra: exit %d, want 2", code)
 	}
 	errb.Reset()
 	if code := Main(context.Background(), []string{"frobnicate"}, func(string) string { return "" }, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {

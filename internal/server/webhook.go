@@ -17,6 +17,7 @@ import (
 
 	"draingate.dev/draingate/internal/backoff"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/version"
 )
 
 // imageVolumes reports whether the API server has image volumes on by
@@ -34,9 +35,6 @@ func (s *Server) imageVolumes(cs kubernetes.Interface) bool {
 	}
 	return true
 }
-
-// Version is draingate's version, written into injected pods' annotation.
-const Version = "0.1.0"
 
 // namespaceObject is the metadata-only Namespace the webhook caches: it
 // needs their labels (draingate.dev/inject) and nothing else.
@@ -85,7 +83,7 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	}()
 	settings := w.Settings
 	if settings.Version == "" {
-		settings.Version = Version
+		settings.Version = version.Version
 	}
 	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
 	mux := http.NewServeMux()

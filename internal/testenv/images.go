@@ -31,13 +31,26 @@ func (c *Cluster) GoBinary(ctx context.Context, pkg string) (string, error) {
 	if err := os.MkdirAll(c.paths.images(), 0o755); err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	ldflags := "-s -w -X draingate.dev/draingate/internal/version.Version=" + buildVersion(ctx, c.moduleRT)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", out, pkg)
 	cmd.Dir = c.moduleRT
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w: %s", pkg, err, strings.TrimSpace(string(b)))
 	}
 	return out, nil
+}
+
+// buildVersion is the version GoBinary stamps, as make build does: git
+// describe of the checkout at dir, else "dev".
+func buildVersion(ctx context.Context, dir string) string {
+	cmd := exec.CommandContext(ctx, "git", "describe", "--tags", "--always", "--dirty")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if v := strings.TrimSpace(string(out)); err == nil && v != "" {
+		return v
+	}
+	return "dev"
 }
 
 // LoadImage writes spec as a tarball and imports it into containerd's k8s.io

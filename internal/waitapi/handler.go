@@ -229,8 +229,8 @@ func (h *handler) poll(ctx context.Context, req api.DrainRequest, last api.Verdi
 		return last, nil
 	}
 	defer h.waiting.Add(-1)
-	h.metrics.waiting(1)
-	defer h.metrics.waiting(-1)
+	h.metrics.pollsInFlight(1)
+	defer h.metrics.pollsInFlight(-1)
 
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,11 +31,10 @@ type fakeGate struct {
 	closeOnChange bool
 	subs          map[int]chan struct{}
 	next          int
-	subscribed    chan struct{} // signalled on each Changed call
 }
 
 func newFakeGate() *fakeGate {
-	return &fakeGate{pods: map[string]api.Verdict{}, subs: map[int]chan struct{}{}, subscribed: make(chan struct{}, 100)}
+	return &fakeGate{pods: map[string]api.Verdict{}, subs: map[int]chan struct{}{}}
 }
 
 func (g *fakeGate) set(v api.Verdict) {
@@ -74,10 +74,6 @@ func (g *fakeGate) Changed(req api.DrainRequest) (<-chan struct{}, func()) {
 	g.next++
 	ch := make(chan struct{}, 1)
 	g.subs[id] = ch
-	select {
-	case g.subscribed <- struct{}{}:
-	default:
-	}
 	return ch, func() {
 		g.mu.Lock()
 		delete(g.subs, id)
@@ -104,7 +100,7 @@ type fixture struct {
 	gate *fakeGate
 	reg  *prometheus.Registry
 	m    *Metrics
-	srv  *httptest.Server
+	srv  *memServer
 }
 
 func newFixture(t *testing.T, cfg Config) *fixture {
@@ -112,9 +108,70 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	f := &fixture{gate: newFakeGate(), reg: prometheus.NewRegistry()}
 	f.m = NewMetrics(f.reg)
 	cfg.Metrics = f.m
-	f.srv = httptest.NewServer(NewHandler(f.gate, cfg))
-	t.Cleanup(f.srv.Close)
+	f.srv = newMemServer(t, NewHandler(f.gate, cfg))
 	return f
+}
+
+// memServer serves a handler in memory, with no socket, so that tests can
+// run in a synctest bubble: time there is fake, a long-poll's wait costs
+// nothing, and synctest.Wait tells when every goroutine, the handler's
+// included, is blocked. Requests reach it through client.
+type memServer struct {
+	URL string
+}
+
+var (
+	memMu      sync.Mutex
+	memServers = map[string]http.Handler{}
+	memNext    int
+)
+
+func newMemServer(t *testing.T, h http.Handler) *memServer {
+	t.Helper()
+	memMu.Lock()
+	memNext++
+	host := fmt.Sprintf("gate-%d.test", memNext)
+	memServers[host] = h
+	memMu.Unlock()
+	t.Cleanup(func() {
+		memMu.Lock()
+		delete(memServers, host)
+		memMu.Unlock()
+	})
+	return &memServer{URL: "http://" + host}
+}
+
+// client sends requests to the memServers.
+var client = &http.Client{Transport: memTransport{}}
+
+// memTransport runs the handler of the request's host on a server-side
+// copy of the request, as http.Server would. Like a client, it gives up
+// when the request's context ends; the handler then sees its context
+// canceled, as it would when a client hangs up.
+type memTransport struct{}
+
+func (memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	memMu.Lock()
+	h := memServers[req.URL.Host]
+	memMu.Unlock()
+	if h == nil {
+		return nil, fmt.Errorf("no memServer at %s", req.URL.Host)
+	}
+	sreq := httptest.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), req.Body)
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(rec, sreq)
+	}()
+	select {
+	case <-done:
+		resp := rec.Result()
+		resp.Request = req
+		return resp, nil
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
 }
 
 type answer struct {
@@ -149,7 +206,7 @@ func do(t *testing.T, ctx context.Context, method, url string) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
@@ -180,6 +237,10 @@ func drainURL(base, ns, pod, query string) string {
 }
 
 func TestReleasedAtOnce(t *testing.T) {
+	synctest.Test(t, testReleasedAtOnce)
+}
+
+func testReleasedAtOnce(t *testing.T) {
 	f := newFixture(t, Config{MaxWait: time.Hour})
 	f.gate.set(drained("shop", "web-0"))
 	start := time.Now()
@@ -187,8 +248,8 @@ func TestReleasedAtOnce(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("status %d: %s", a.status, a.body)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("a released pod took %s to answer", took)
+	if took := time.Since(start); took != 0 {
+		t.Errorf("a released pod took %s to answer, want no wait at all", took)
 	}
 	v := a.verdict(t)
 	if !v.Released || v.Reason != api.ReasonDrained || v.Pod != "web-0" || v.Namespace != "shop" || time.Duration(v.Waited) != 12*time.Second {
@@ -231,118 +292,146 @@ func testLongPollReleased(t *testing.T, closeOnChange bool) {
 	f.gate.set(waiting("shop", "web-0"))
 	done := make(chan answer, 1)
 	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "uid="+testUID+"&wait=50s")) }()
-	<-f.gate.subscribed
+	synctest.Wait()
+	if got := testutil.ToFloat64(f.m.PollsInFlight); got != 1 {
+		t.Errorf("wait_polls_in_flight = %v during the poll", got)
+	}
 	// A change that does not release the pod keeps the poll going.
 	still := waiting("shop", "web-0")
 	still.Routes[0].State = "closed"
 	f.gate.set(still)
+	synctest.Wait()
 	select {
 	case a := <-done:
 		t.Fatalf("answered before release: %d %s", a.status, a.body)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
-	if got := testutil.ToFloat64(f.m.Waiting); got != 1 {
-		t.Errorf("waiting_pods = %v during the poll", got)
+	if n := f.gate.subscriptions(); n != 1 {
+		t.Errorf("%d subscriptions during the poll, want 1", n)
 	}
+	start := time.Now()
 	f.gate.set(drained("shop", "web-0"))
 	a := <-done
 	if a.status != 200 || !a.verdict(t).Released {
 		t.Fatalf("status %d: %s", a.status, a.body)
 	}
-	if got := testutil.ToFloat64(f.m.Waiting); got != 0 {
-		t.Errorf("waiting_pods = %v after the poll", got)
+	if took := time.Since(start); took != 0 {
+		t.Errorf("answered %s after the release, want at once", took)
+	}
+	if got := testutil.ToFloat64(f.m.PollsInFlight); got != 0 {
+		t.Errorf("wait_polls_in_flight = %v after the poll", got)
 	}
 	if n := f.gate.subscriptions(); n != 0 {
 		t.Errorf("%d subscriptions left after the poll", n)
 	}
 }
 
-func TestLongPollReleasedBySend(t *testing.T)  { testLongPollReleased(t, false) }
-func TestLongPollReleasedByClose(t *testing.T) { testLongPollReleased(t, true) }
+func TestLongPollReleasedBySend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { testLongPollReleased(t, false) })
+}
+
+func TestLongPollReleasedByClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { testLongPollReleased(t, true) })
+}
 
 func TestLongPollCappedWait(t *testing.T) {
-	f := newFixture(t, Config{MaxWait: 200 * time.Millisecond})
-	f.gate.set(waiting("shop", "web-0"))
-	a := get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=2000000h")) // ~228 years, capped
-	if a.status != 200 {
-		t.Fatalf("status %d: %s", a.status, a.body)
-	}
-	if v := a.verdict(t); v.Released || v.Reason != api.ReasonNotTerminating {
-		t.Errorf("verdict %+v", v)
-	}
-	if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUnreleased)); got != 1 {
-		t.Errorf("waits_total{outcome=unreleased} = %v", got)
-	}
-	if got := testutil.ToFloat64(f.m.Waiting); got != 0 {
-		t.Errorf("waiting_pods = %v", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const maxWait = 200 * time.Millisecond
+		f := newFixture(t, Config{MaxWait: maxWait})
+		f.gate.set(waiting("shop", "web-0"))
+		start := time.Now()
+		a := get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=2000000h")) // ~228 years, capped
+		if a.status != 200 {
+			t.Fatalf("status %d: %s", a.status, a.body)
+		}
+		if took := time.Since(start); took != maxWait {
+			t.Errorf("answered after %s, want MaxWait %s", took, maxWait)
+		}
+		if v := a.verdict(t); v.Released || v.Reason != api.ReasonNotTerminating {
+			t.Errorf("verdict %+v", v)
+		}
+		if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeUnreleased)); got != 1 {
+			t.Errorf("waits_total{outcome=unreleased} = %v", got)
+		}
+		if got := testutil.ToFloat64(f.m.PollsInFlight); got != 0 {
+			t.Errorf("wait_polls_in_flight = %v", got)
+		}
+	})
 }
 
 func TestClientDisconnectEndsPoll(t *testing.T) {
-	f := newFixture(t, Config{MaxWait: time.Hour})
-	f.gate.set(waiting("shop", "web-0"))
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, drainURL(f.srv.URL, "shop", "web-0", "wait=1h"), nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, Config{MaxWait: time.Hour})
+		f.gate.set(waiting("shop", "web-0"))
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, drainURL(f.srv.URL, "shop", "web-0", "wait=1h"), nil)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		synctest.Wait()
+		if got := testutil.ToFloat64(f.m.PollsInFlight); got != 1 {
+			t.Errorf("wait_polls_in_flight = %v during the poll", got)
 		}
-		errc <- err
-	}()
-	<-f.gate.subscribed
-	if got := testutil.ToFloat64(f.m.Waiting); got != 1 {
-		t.Errorf("waiting_pods = %v during the poll", got)
-	}
-	cancel()
-	if err := <-errc; err == nil {
-		t.Fatal("the canceled request got an answer")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(f.m.Waiting) != 0 || f.gate.subscriptions() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("poll still running after the client left: waiting_pods = %v, subscriptions = %d", testutil.ToFloat64(f.m.Waiting), f.gate.subscriptions())
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("the canceled request got an answer")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeCanceled)) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("waits_total{outcome=canceled} not counted")
+		synctest.Wait() // the handler's goroutine is done
+		if got, n := testutil.ToFloat64(f.m.PollsInFlight), f.gate.subscriptions(); got != 0 || n != 0 {
+			t.Errorf("poll still running after the client left: wait_polls_in_flight = %v, subscriptions = %d", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		if got := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeCanceled)); got != 1 {
+			t.Errorf("waits_total{outcome=canceled} = %v", got)
+		}
+	})
 }
 
 func TestShutdownEndsPoll(t *testing.T) {
-	shutdown := make(chan struct{})
-	f := newFixture(t, Config{MaxWait: time.Hour, Shutdown: shutdown})
-	f.gate.set(waiting("shop", "web-0"))
-	done := make(chan answer, 1)
-	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
-	<-f.gate.subscribed
-	close(shutdown)
-	a := <-done
-	if a.status != 200 || a.verdict(t).Released {
-		t.Fatalf("status %d: %s", a.status, a.body)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		shutdown := make(chan struct{})
+		f := newFixture(t, Config{MaxWait: time.Hour, Shutdown: shutdown})
+		f.gate.set(waiting("shop", "web-0"))
+		done := make(chan answer, 1)
+		go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
+		synctest.Wait()
+		start := time.Now()
+		close(shutdown)
+		a := <-done
+		if a.status != 200 || a.verdict(t).Released {
+			t.Fatalf("status %d: %s", a.status, a.body)
+		}
+		if took := time.Since(start); took != 0 {
+			t.Errorf("answered %s after the shutdown, want at once", took)
+		}
+	})
 }
 
 func TestMaxWaitingAnswersAtOnce(t *testing.T) {
-	f := newFixture(t, Config{MaxWait: time.Hour, MaxWaiting: 1})
-	f.gate.set(waiting("shop", "web-0"))
-	f.gate.set(waiting("shop", "web-1"))
-	done := make(chan answer, 1)
-	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
-	<-f.gate.subscribed
-	a := get(t, drainURL(f.srv.URL, "shop", "web-1", "wait=1h"))
-	if a.status != 200 || a.verdict(t).Released {
-		t.Fatalf("over the cap: status %d: %s", a.status, a.body)
-	}
-	f.gate.set(drained("shop", "web-0"))
-	if a := <-done; a.status != 200 || !a.verdict(t).Released {
-		t.Fatalf("status %d: %s", a.status, a.body)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, Config{MaxWait: time.Hour, MaxWaiting: 1})
+		f.gate.set(waiting("shop", "web-0"))
+		f.gate.set(waiting("shop", "web-1"))
+		done := make(chan answer, 1)
+		go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
+		synctest.Wait()
+		start := time.Now()
+		a := get(t, drainURL(f.srv.URL, "shop", "web-1", "wait=1h"))
+		if a.status != 200 || a.verdict(t).Released {
+			t.Fatalf("over the cap: status %d: %s", a.status, a.body)
+		}
+		if took := time.Since(start); took != 0 {
+			t.Errorf("over the cap: answered after %s, want at once", took)
+		}
+		f.gate.set(drained("shop", "web-0"))
+		if a := <-done; a.status != 200 || !a.verdict(t).Released {
+			t.Fatalf("status %d: %s", a.status, a.body)
+		}
+	})
 }
 
 func TestBadRequests(t *testing.T) {
@@ -464,18 +553,20 @@ func TestGateError(t *testing.T) {
 }
 
 func TestGateErrorDuringPoll(t *testing.T) {
-	f := newFixture(t, Config{MaxWait: time.Hour})
-	f.gate.set(waiting("shop", "web-0"))
-	done := make(chan answer, 1)
-	go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
-	<-f.gate.subscribed
-	f.gate.mu.Lock()
-	f.gate.err = errors.New("lost the watch")
-	f.gate.mu.Unlock()
-	f.gate.set(waiting("shop", "web-0")) // signal
-	if a := <-done; a.status != 503 {
-		t.Fatalf("status %d: %s", a.status, a.body)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, Config{MaxWait: time.Hour})
+		f.gate.set(waiting("shop", "web-0"))
+		done := make(chan answer, 1)
+		go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h")) }()
+		synctest.Wait()
+		f.gate.mu.Lock()
+		f.gate.err = errors.New("lost the watch")
+		f.gate.mu.Unlock()
+		f.gate.set(waiting("shop", "web-0")) // signal
+		if a := <-done; a.status != 503 {
+			t.Fatalf("status %d: %s", a.status, a.body)
+		}
+	})
 }
 
 func TestUnknownPaths(t *testing.T) {
@@ -522,6 +613,10 @@ func TestProbes(t *testing.T) {
 }
 
 func TestMetricNames(t *testing.T) {
+	synctest.Test(t, testMetricNames)
+}
+
+func testMetricNames(t *testing.T) {
 	f := newFixture(t, Config{MaxWait: 50 * time.Millisecond})
 	f.gate.set(drained("shop", "web-0"))
 	f.gate.set(waiting("shop", "web-1"))
@@ -534,11 +629,11 @@ func TestMetricNames(t *testing.T) {
 draingate_waits_total{outcome="drained"} 1
 draingate_waits_total{outcome="unknown-pod"} 1
 draingate_waits_total{outcome="unreleased"} 1
-# HELP draingate_waiting_pods Wait API long-polls in progress.
-# TYPE draingate_waiting_pods gauge
-draingate_waiting_pods 0
+# HELP draingate_wait_polls_in_flight Wait API long-polls being held (requests, not pods: an agent between two polls is not counted).
+# TYPE draingate_wait_polls_in_flight gauge
+draingate_wait_polls_in_flight 0
 `
-	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(expected), "draingate_waits_total", "draingate_waiting_pods"); err != nil {
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(expected), "draingate_waits_total", "draingate_wait_polls_in_flight"); err != nil {
 		t.Error(err)
 	}
 	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues("200")); got != 2 {
@@ -575,8 +670,7 @@ draingate_wait_seconds_count 1
 func TestNilMetrics(t *testing.T) {
 	g := newFakeGate()
 	g.set(drained("shop", "web-0"))
-	srv := httptest.NewServer(NewHandler(g, Config{}))
-	defer srv.Close()
+	srv := newMemServer(t, NewHandler(g, Config{}))
 	if a := get(t, drainURL(srv.URL, "shop", "web-0", "")); a.status != 200 {
 		t.Fatalf("status %d", a.status)
 	}

@@ -19,8 +19,10 @@ type Metrics struct {
 	Waits *prometheus.CounterVec
 	// WaitSeconds observes Verdict.Waited of every released answer.
 	WaitSeconds prometheus.Histogram
-	// Waiting is the number of long-polls in progress.
-	Waiting prometheus.Gauge
+	// PollsInFlight is the number of long-polls being held: requests
+	// waiting for their pod's verdict to change or their wait to pass. It
+	// counts requests, not pods: an agent between two polls is not in it.
+	PollsInFlight prometheus.Gauge
 }
 
 // Outcomes of Metrics.Waits other than a verdict's reason.
@@ -53,13 +55,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "How long pods had waited (the verdict's waited) when the wait API released them.",
 			Buckets: []float64{0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600},
 		}),
-		Waiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "draingate_waiting_pods",
-			Help: "Wait API long-polls in progress.",
+		PollsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "draingate_wait_polls_in_flight",
+			Help: "Wait API long-polls being held (requests, not pods: an agent between two polls is not counted).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.Waits, m.WaitSeconds, m.Waiting)
+		reg.MustRegister(m.Requests, m.Waits, m.WaitSeconds, m.PollsInFlight)
 	}
 	return m
 }
@@ -76,9 +78,9 @@ func (m *Metrics) outcome(o string) {
 	}
 }
 
-func (m *Metrics) waiting(delta float64) {
+func (m *Metrics) pollsInFlight(delta float64) {
 	if m != nil {
-		m.Waiting.Add(delta)
+		m.PollsInFlight.Add(delta)
 	}
 }
 
