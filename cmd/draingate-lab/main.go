@@ -9,6 +9,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -16,28 +17,31 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/lab"
 	"draingate.dev/draingate/internal/testenv"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+func main() { cli.Run(command) }
+
+// command is the lab's command line; every failure exits 2 with one line.
+func command(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if err := run(ctx, args, getenv, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
+			return 0
 		}
-		fmt.Fprintln(os.Stderr, "draingate-lab:", err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, "draingate-lab:", err)
+		return 2
 	}
+	return 0
 }
 
 type config struct {
@@ -48,15 +52,16 @@ type config struct {
 	pngPath    string
 }
 
-// parse reads the command line; every mistake is one clear error.
-func parse(args []string, stderr io.Writer) (*config, error) {
+// parse reads the command line, each flag with its DRAINGATE_<FLAG>
+// fallback; every mistake is one clear error.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	if len(args) == 0 || args[0] != "run" {
 		fmt.Fprintln(stderr, "usage: draingate-lab run [flags]  (draingate-lab run -h lists them)")
 		return nil, errors.New(`want the "run" command`)
 	}
 	args = args[1:]
 	// The scenario sets the knobs' defaults, so find it before the rest.
-	name := "alb"
+	name := cmp.Or(getenv(cli.Name("scenario")), "alb")
 	for i, a := range args {
 		if v, ok := strings.CutPrefix(a, "--scenario="); ok {
 			name = v
@@ -86,10 +91,13 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	c.scenario.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, errBuf.String())
+			fmt.Fprint(stderr, errBuf.String(), cli.Help, "\n")
 			return nil, err
 		}
 		return nil, errors.New(strings.TrimSpace(strings.SplitN(errBuf.String(), "\n", 2)[0]))
+	}
+	if err := cli.Apply(fs, getenv); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -127,8 +135,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	return c, nil
 }
 
-func run(args []string, stdout, stderr io.Writer) (err error) {
-	c, err := parse(args, stderr)
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	c, err := parse(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -139,8 +147,6 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	libLog := slog.New(slog.NewTextHandler(stderr, nil))
 	ctrllog.SetLogger(logr.FromSlogHandler(libLog.Handler()))
 	klog.SetSlogLogger(libLog)
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer cancel()
 	cl, err := testenv.Start(ctx, testenv.Options{Progress: stderr})
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
 	}
 	for _, c := range cases {
-		_, err := parse(c.args, io.Discard)
+		_, err := parse(c.args, noEnv, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
 			continue
@@ -41,7 +41,7 @@ func TestParseBadInput(t *testing.T) {
 }
 
 func TestParseScenarioAndScale(t *testing.T) {
-	c, err := parse([]string{"run", "--scenario=slow-aws", "--time-scale", "0.5", "--strategies", "none,sleep:5s,draingate", "--propagation-max", "10s"}, io.Discard)
+	c, err := parse([]string{"run", "--scenario=slow-aws", "--time-scale", "0.5", "--strategies", "none,sleep:5s,draingate", "--propagation-max", "10s"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +62,24 @@ func TestParseScenarioAndScale(t *testing.T) {
 	}
 	if st := c.opts.Strategies[2]; st.Name != "draingate" || st.Sleep != 0 {
 		t.Errorf("draingate after scale: %+v, want the name kept and no sleep", st)
+	}
+}
+
+func noEnv(string) string { return "" }
+
+// Every flag also reads DRAINGATE_<FLAG>, the scenario included (it sets
+// the other flags' defaults); a flag on the command line wins.
+func TestParseEnv(t *testing.T) {
+	env := map[string]string{"DRAINGATE_SCENARIO": "nlb", "DRAINGATE_ROLLOUTS": "3", "DRAINGATE_RPS": "7"}
+	c, err := parse([]string{"run", "--rps", "9"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.Scenario.Name != "nlb" || c.opts.Rollouts != 3 || c.opts.RPS != 9 {
+		t.Errorf("scenario %q rollouts %d rps %d, want nlb, 3 from the environment and 9 from the flag", c.opts.Scenario.Name, c.opts.Rollouts, c.opts.RPS)
+	}
+	env["DRAINGATE_ROLLOUTS"] = "many"
+	if _, err := parse([]string{"run"}, func(k string) string { return env[k] }, io.Discard); err == nil || !strings.Contains(err.Error(), "DRAINGATE_ROLLOUTS") {
+		t.Errorf("bad variable: err = %v, want one naming DRAINGATE_ROLLOUTS", err)
 	}
 }

@@ -70,7 +70,7 @@ func TestAgentIsSmallStaticAndLean(t *testing.T) {
 	allowed := map[string]bool{
 		"draingate.dev/draingate/api":                   true,
 		"draingate.dev/draingate/internal/prestop":      true,
-		"draingate.dev/draingate/internal/envflag":      true,
+		"draingate.dev/draingate/internal/cli":          true,
 		"draingate.dev/draingate/internal/version":      true,
 		"draingate.dev/draingate/internal/backoff":      true,
 		"draingate.dev/draingate/cmd/draingate-prestop": true,

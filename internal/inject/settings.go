@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/version"
 
+	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/prestop"
 )
 
@@ -116,14 +117,8 @@ func (s Settings) withDefaults() (Settings, error) {
 	if u, err := url.Parse(s.Server); err != nil || u.Scheme != "http" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("server %q is not an http://host[:port] URL (the agent speaks plain http)", s.Server))
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"max-wait", s.MaxWait}, {"fallback", s.Fallback}, {"shutdown budget", s.ShutdownBudget}} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s %s is negative", d.name, d.v))
-		}
-	}
+	errs = append(errs, cli.NotNegative("max-wait", s.MaxWait), cli.NotNegative("fallback", s.Fallback),
+		cli.NotNegative("shutdown budget", s.ShutdownBudget))
 	if s.EmptyDirSizeLimit.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("emptyDir size limit %s is negative", s.EmptyDirSizeLimit.String()))
 	}

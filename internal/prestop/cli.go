@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/envflag"
-	"draingate.dev/draingate/internal/version"
+	"draingate.dev/draingate/internal/cli"
 )
 
 // DefaultServer is the gate server's in-cluster address when neither
@@ -39,49 +38,37 @@ var waitFlags = []struct{ name, def, usage string }{
 // wait always returns 0; install returns 1 when it fails, so the init
 // container that runs it fails loudly.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return 2
-	}
-	switch args[0] {
-	case "wait":
-		waitCommand(ctx, args[1:], getenv, stdout)
-		return 0
-	case "install":
-		if len(args) != 2 {
-			fmt.Fprintln(stderr, "draingate-prestop: install takes one argument, the directory to copy the agent into")
-			return 1
-		}
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Fprintf(stderr, "draingate-prestop: install: finding this executable: %v\n", err)
-			return 1
-		}
-		dst, err := Install(exe, args[1])
-		if err != nil {
-			fmt.Fprintf(stderr, "draingate-prestop: install: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "draingate-prestop: installed %s\n", dst)
-		return 0
-	case "version":
-		if len(args) > 1 {
-			fmt.Fprintln(stderr, "draingate-prestop: version takes no arguments")
-			return 2
-		}
-		fmt.Fprintln(stdout, "draingate-prestop", version.String())
-		return 0
-	case "help", "-h", "-help", "--help":
-		usage(stdout)
-		return 0
-	}
-	fmt.Fprintf(stderr, "draingate-prestop: unknown command %q\n", args[0])
-	usage(stderr)
-	return 2
+	return cli.Dispatch("draingate-prestop", usage(), map[string]func([]string) int{
+		"wait": func(args []string) int {
+			waitCommand(ctx, args, getenv, stdout)
+			return 0
+		},
+		"install": func(args []string) int { return installCommand(args, stdout, stderr) },
+	}, args, stdout, stderr)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
+func installCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "draingate-prestop: install takes one argument, the directory to copy the agent into")
+		return 1
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "draingate-prestop: install: finding this executable: %v\n", err)
+		return 1
+	}
+	dst, err := Install(exe, args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "draingate-prestop: install: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "draingate-prestop: installed %s\n", dst)
+	return 0
+}
+
+func usage() string {
+	var w strings.Builder
+	w.WriteString(`usage:
   draingate-prestop install DIR
       copy this executable to DIR/draingate-prestop (an init container's job)
   draingate-prestop wait [flags] [-- ARGV...]
@@ -98,8 +85,9 @@ flags of wait, each also read from the environment variable shown:
 		if f.def != "" {
 			def = ", default " + f.def
 		}
-		fmt.Fprintf(w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, envflag.Name(f.name), def)
+		fmt.Fprintf(&w, "  --%s\n      %s (%s%s)\n", f.name, f.usage, cli.Name(f.name), def)
 	}
+	return w.String()
 }
 
 // waitCommand runs "wait". Bad flags never block termination: the agent
@@ -172,7 +160,7 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	// The flags are strings, so the environment cannot fail to set them:
 	// the values are checked below, naming where each came from.
-	if err := envflag.Apply(fs, getenv); err != nil {
+	if err := cli.Apply(fs, getenv); err != nil {
 		problems = append(problems, api.OneLine(err.Error()))
 	}
 	fromEnv := map[string]bool{}
@@ -181,7 +169,7 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 	value := func(name string) (string, string) {
 		v := fs.Lookup(name).Value.String()
 		if fromEnv[name] {
-			return v, "$" + envflag.Name(name)
+			return v, "$" + cli.Name(name)
 		}
 		return v, "--" + name
 	}

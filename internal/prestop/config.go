@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/cli"
 )
 
 // DefaultPollWait is how long each long-poll asks the server to hold.
@@ -50,14 +51,8 @@ func (cfg Config) Validate() error {
 	if err := req.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"max-wait", cfg.MaxWait}, {"fallback", cfg.Fallback}, {"poll-wait", cfg.PollWait}} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s %s is negative", d.name, d.v))
-		}
-	}
+	errs = append(errs, cli.NotNegative("max-wait", cfg.MaxWait), cli.NotNegative("fallback", cfg.Fallback),
+		cli.NotNegative("poll-wait", cfg.PollWait))
 	return errors.Join(errs...)
 }
 

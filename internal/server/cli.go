@@ -23,7 +23,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
-	"draingate.dev/draingate/internal/envflag"
+	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/version"
@@ -86,22 +86,10 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 }
 
 func (f *serveFlags) validate() error {
-	var errs []error
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"poll-interval", f.pollInterval}, {"max-wait", f.maxWait}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", d.name, d.v))
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"tail-endpointslice", f.tailSlice}, {"tail-alb", f.tailALB}, {"tail-nlb", f.tailNLB}, {"shutdown-reserve", f.reserve}} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("--%s must not be negative, got %s", d.name, d.v))
-		}
+	errs := []error{
+		cli.Positive("--poll-interval", f.pollInterval), cli.Positive("--max-wait", f.maxWait),
+		cli.NotNegative("--tail-endpointslice", f.tailSlice), cli.NotNegative("--tail-alb", f.tailALB),
+		cli.NotNegative("--tail-nlb", f.tailNLB), cli.NotNegative("--shutdown-reserve", f.reserve),
 	}
 	if f.rate <= 0 || f.rate > 100 {
 		errs = append(errs, fmt.Errorf("--aws-rate must be in (0, 100] calls/s, got %s", strconv.FormatFloat(f.rate, 'g', -1, 64)))
@@ -117,44 +105,24 @@ func (f *serveFlags) validate() error {
 
 // Main is the draingate command line; it returns the exit code.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return 2
-	}
-	switch args[0] {
-	case "serve":
-		return serve(ctx, args[1:], getenv, stdout, stderr)
-	case "version":
-		if len(args) > 1 {
-			fmt.Fprintln(stderr, "draingate: version takes no arguments")
-			return 2
-		}
-		fmt.Fprintln(stdout, "draingate", version.String())
-		return 0
-	case "help", "-h", "-help", "--help":
-		usage(stdout)
-		return 0
-	}
-	fmt.Fprintf(stderr, "draingate: unknown command %q\n", args[0])
-	usage(stderr)
-	return 2
+	return cli.Dispatch("draingate", usage, map[string]func([]string) int{
+		"serve": func(args []string) int { return serve(ctx, args, getenv, stdout, stderr) },
+	}, args, stdout, stderr)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
+const usage = `usage:
   draingate serve [flags]
       watch the cluster and AWS target health, answer the preStop agents'
       wait API; "draingate serve -h" lists the flags
   draingate version
       print the version
-`)
-}
+`
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	var f serveFlags
 	fs := newServeFlagSet(&f, stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\n"+envflag.Help)
+		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\n"+cli.Help)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -167,7 +135,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintf(stderr, "draingate serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if err := envflag.Apply(fs, getenv); err != nil {
+	if err := cli.Apply(fs, getenv); err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
 		return 2
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"draingate.dev/draingate/internal/envflag"
+	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/version"
 )
 
@@ -18,7 +18,7 @@ func TestServeFlagsFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"DRAINGATE_TAIL_ALB": "9s", "DRAINGATE_AWS_RATE": "0.5", "DRAINGATE_TARGET_GROUPS": "false"}
-	if err := envflag.Apply(fs, func(k string) string { return env[k] }); err != nil {
+	if err := cli.Apply(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if f.tailALB != 7*time.Second {

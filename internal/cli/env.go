@@ -1,16 +1,19 @@
-// Package envflag gives every flag of a flag.FlagSet a fallback in the
-// environment: flag --max-wait also reads DRAINGATE_MAX_WAIT (the flag's
-// name upper-cased, '-' as '_'). A flag given on the command line wins over
-// its variable, and an empty variable counts as unset.
+// Package cli is what draingate's commands share on the command line:
+// every flag has a fallback in the environment (flag --max-wait also reads
+// DRAINGATE_MAX_WAIT, the flag's name upper-cased, '-' as '_'; a flag given
+// on the command line wins over its variable, and an empty variable counts
+// as unset), one way to pick a subcommand (with "version" and "help"), and
+// one process entry (Run).
 //
 // Stdlib only: the preStop agent uses it too.
-package envflag
+package cli
 
 import (
 	"errors"
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Prefix starts every variable's name.
@@ -46,4 +49,21 @@ func Apply(fs *flag.FlagSet, getenv func(string) string) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// NotNegative is an error naming the setting when d is below zero, nil
+// otherwise; errors.Join drops the nils of a list of checks.
+func NotNegative(name string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s must not be negative, got %s", name, d)
+	}
+	return nil
+}
+
+// Positive is an error naming the setting when d is not above zero.
+func Positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%s must be positive, got %s", name, d)
+	}
+	return nil
 }
