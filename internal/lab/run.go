@@ -1,5 +1,9 @@
 package lab
 
+// This file is long because it is one lab run in order: install, load,
+// rollouts per strategy, measurement and the report, each step feeding the
+// next.
+
 import (
 	"context"
 	"errors"

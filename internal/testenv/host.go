@@ -1,5 +1,9 @@
 package testenv
 
+// This file is long because it is everything the cluster changes on the
+// host (bridge, iptables chains, mounts, sysctls) with the undo of each
+// beside it, so that teardown touches only what setup made.
+
 import (
 	"bufio"
 	"errors"

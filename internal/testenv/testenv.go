@@ -1,5 +1,9 @@
 package testenv
 
+// This file is long because it is the cluster's start and stop in order
+// (etcd, API server, controllers, kubelet, kube-proxy, CoreDNS), each step
+// waiting on the one before; splitting it would hide the order.
+
 import (
 	"context"
 	"crypto/tls"

@@ -1,5 +1,9 @@
 package elbv2sim
 
+// This file is long because it is the emulator's whole wire protocol: the
+// AWS Query request parsing, throttling and latency, one handler per ELBv2
+// action and the XML answers and errors, which read best side by side.
+
 import (
 	"bytes"
 	"context"

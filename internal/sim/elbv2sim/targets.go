@@ -1,5 +1,9 @@
 package elbv2sim
 
+// This file is long because it holds one target group's whole life as AWS
+// shows it (registration, health checks, draining, deregistration delay):
+// the states move together under one lock.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,10 @@
 package lbc
 
+// This file is long because it is the simulated controller's one
+// reconcile loop: its queue and lag, the desired targets from bindings and
+// endpoints, register and deregister calls, and readiness gates, which
+// share one state.
+
 import (
 	"context"
 	"errors"

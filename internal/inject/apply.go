@@ -1,0 +1,127 @@
+package inject
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+// The changes Mutate makes, once the plan is made: the agent's volume, its
+// installer, and each gated container's hook and environment.
+
+// mountDir is where gated containers see the agent's volume.
+func mountDir(s Settings) string {
+	if s.ImageVolume {
+		return ImageDir
+	}
+	return AgentDir
+}
+
+// agentPath is the agent's executable as a gated container sees it.
+func agentPath(s Settings) string {
+	if s.ImageVolume {
+		return ImageDir + agentInImage
+	}
+	return AgentDir + "/" + agentFile
+}
+
+// apply makes the planned changes to pod, a copy Mutate owns.
+func (p *plan) apply(pod *corev1.Pod, s Settings) {
+	spec := &pod.Spec
+	spec.Volumes = append(spec.Volumes, agentVolume(s))
+	if !s.ImageVolume {
+		// First: the installer needs nothing from any other init container,
+		// and a native sidecar (restartPolicy Always) holds back every init
+		// container after it until its startup probe passes; placed first,
+		// the copy (milliseconds) is done before anything else starts, and
+		// nothing the user's init containers do can keep it from running.
+		spec.InitContainers = append([]corev1.Container{installer(s)}, spec.InitContainers...)
+	}
+	for _, g := range p.gated {
+		p.gate(&spec.Containers[g.index], g.hook, s)
+	}
+	if p.grace != nil {
+		spec.TerminationGracePeriodSeconds = ptr.To(*p.grace)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationInjected] = s.Version
+}
+
+// gate makes c run the agent as its preStop hook.
+func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeName, MountPath: mountDir(s), ReadOnly: true})
+	c.Env = append(c.Env, missingEnv(c.Env, s.Server)...)
+	cmd := []string{agentPath(s), "wait", "--max-wait", p.t.maxWait.String(), "--fallback", p.t.fallback.String()}
+	if p.log {
+		cmd = append(cmd, "--log", agentLogPath)
+	}
+	cmd = append(cmd, hook.then...)
+	if c.Lifecycle == nil {
+		c.Lifecycle = &corev1.Lifecycle{}
+	}
+	c.Lifecycle.PreStop = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: cmd}}
+}
+
+// missingEnv is the agent's environment less what env already has: an
+// identity variable there is the same fieldRef (containerConflicts checked),
+// and a DRAINGATE_SERVER the user set wins.
+func missingEnv(env []corev1.EnvVar, server string) []corev1.EnvVar {
+	has := func(name string) bool {
+		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
+	}
+	var add []corev1.EnvVar
+	for _, id := range identityEnv {
+		if !has(id.name) {
+			add = append(add, corev1.EnvVar{Name: id.name, ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: id.field},
+			}})
+		}
+	}
+	if !has(serverEnv) {
+		add = append(add, corev1.EnvVar{Name: serverEnv, Value: server})
+	}
+	return add
+}
+
+func agentVolume(s Settings) corev1.Volume {
+	if s.ImageVolume {
+		return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: s.AgentImage, PullPolicy: corev1.PullIfNotPresent},
+		}}
+	}
+	return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(s.EmptyDirSizeLimit.DeepCopy())},
+	}}
+}
+
+// installer is the init container that copies the agent into the emptyDir.
+// It passes Pod Security "restricted" on its own, so it never is the reason
+// a pod is refused; its requests equal its limits so quotas accept it.
+func installer(s Settings) corev1.Container {
+	small := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(installerCPU),
+		corev1.ResourceMemory: resource.MustParse(installerMemory),
+	}
+	return corev1.Container{
+		Name:            InstallerName,
+		Image:           s.AgentImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{agentInImage, "install", AgentDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: VolumeName, MountPath: AgentDir}},
+		Resources:       corev1.ResourceRequirements{Requests: small, Limits: small.DeepCopy()},
+		// A failed install shows its own words in the pod's status.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To(int64(installerUser)),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
