@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/internal/chart"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // The draingate strategy's images, built offline from this module like
@@ -63,7 +64,7 @@ func timingsFor(f float64) gateTimings {
 
 // lbTail is the tail the gate applies to the scenario's target group.
 func (t gateTimings) lbTail(sc Scenario) time.Duration {
-	if sc.LoadBalancer == "network" {
+	if sc.LoadBalancer == string(elbv2sim.Network) {
 		return t.NLB
 	}
 	return t.ALB

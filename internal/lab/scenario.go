@@ -45,7 +45,7 @@ type Scenario struct {
 // controller deregisters 20-60 s late.
 var Scenarios = map[string]Scenario{
 	"alb": {
-		Name: "alb", LoadBalancer: "application",
+		Name: "alb", LoadBalancer: string(elbv2sim.Application),
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
 		PropagationMin: 0, PropagationMax: 20 * time.Second,
 		DeregistrationDelay: 60 * time.Second,
@@ -53,7 +53,7 @@ var Scenarios = map[string]Scenario{
 		AppLatency: 50 * time.Millisecond,
 	},
 	"nlb": {
-		Name: "nlb", LoadBalancer: "network",
+		Name: "nlb", LoadBalancer: string(elbv2sim.Network),
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
 		PropagationMin: 120 * time.Second, PropagationMax: 300 * time.Second,
 		DeregistrationDelay: 300 * time.Second,
@@ -61,7 +61,7 @@ var Scenarios = map[string]Scenario{
 		AppLatency: 50 * time.Millisecond,
 	},
 	"slow-aws": {
-		Name: "slow-aws", LoadBalancer: "application",
+		Name: "slow-aws", LoadBalancer: string(elbv2sim.Application),
 		ReconcileLag: 20 * time.Second, ReconcileJitter: 40 * time.Second,
 		PropagationMin: 0, PropagationMax: 20 * time.Second,
 		DeregistrationDelay: 60 * time.Second,
@@ -100,7 +100,7 @@ func (s Scenario) MaxRouteDelay() time.Duration {
 }
 
 func (s Scenario) lbType() elbv2sim.LoadBalancerType {
-	if s.LoadBalancer == "network" {
+	if s.LoadBalancer == string(elbv2sim.Network) {
 		return elbv2sim.Network
 	}
 	return elbv2sim.Application
@@ -126,7 +126,7 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 // Validate says what is wrong with a knob, if anything.
 func (s Scenario) Validate() error {
 	switch {
-	case s.LoadBalancer != "application" && s.LoadBalancer != "network":
+	case s.LoadBalancer != string(elbv2sim.Application) && s.LoadBalancer != string(elbv2sim.Network):
 		return fmt.Errorf("load balancer %q: want application or network", s.LoadBalancer)
 	case s.PropagationMax < s.PropagationMin:
 		return fmt.Errorf("propagation-max %s is below propagation-min %s", s.PropagationMax, s.PropagationMin)
