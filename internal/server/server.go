@@ -83,7 +83,7 @@ type Tails struct {
 	ALB, NLB time.Duration
 }
 
-// DefaultTails are the route sources' own defaults (see docs/facts.md).
+// DefaultTails are the route sources' own defaults (see docs/facts.md, "Load balancer tails").
 func DefaultTails() Tails {
 	tg := targetgroup.DefaultTails()
 	return Tails{EndpointSlice: endpointslice.DefaultTail, ALB: tg.ALB, NLB: tg.NLB}

@@ -5,9 +5,9 @@
 // terminating pod until its target is out of every target group.
 //
 // AWS's Describe budget (10 calls/s, 40 burst per account and region; see
-// docs/facts.md) is
-// shared with the AWS Load Balancer Controller, and a controller starved of
-// it deregisters late, which is the very race draingate exists to cover. So
+// docs/facts.md, "ELBv2 API rate limits") is shared with the AWS Load
+// Balancer Controller, and a controller starved of it deregisters late,
+// which is the very race draingate exists to cover. So
 // the cost of polling grows with target groups, never with pods:
 //
 //   - a target group is polled only while it has waiters ([Poller.Watch]

@@ -6,7 +6,7 @@
 // The route is out when the pod's endpoint is gone, terminating or not
 // ready, except while kube-proxy still falls back to a serving terminating
 // endpoint because the Service has no ready one left (KEP-1669; see
-// docs/facts.md).
+// docs/facts.md, "EndpointSlice conditions").
 package endpointslice
 
 import (

@@ -46,7 +46,7 @@ const StateAbsent = "absent"
 var BindingGVK = schema.GroupVersionKind{Group: "elbv2.k8s.aws", Version: "v1beta1", Kind: "TargetGroupBinding"}
 
 // Tails are how long a load balancer may still send new traffic after its
-// target went out (see docs/facts.md, "The race").
+// target went out (see docs/facts.md, "Load balancer tails").
 type Tails struct {
 	// ALB: requests were seen ~17 s after a target showed `draining`.
 	ALB time.Duration

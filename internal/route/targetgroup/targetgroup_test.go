@@ -13,7 +13,7 @@ import (
 )
 
 // TestJudge has one case per DescribeTargetHealth state (docs/facts.md,
-// "ELBv2 API").
+// "Target states").
 func TestJudge(t *testing.T) {
 	s := New(Config{Tails: DefaultTails()})
 	for _, c := range []struct {
