@@ -1,8 +1,8 @@
 // Package route is what a source of routes implements: it observes the
 // routes of one terminating pod and hands the gate one gate.Observation per
-// route. Each kind of route is a folder below this
-// one (endpointslice, targetgroup); adding a kind is adding a folder and
-// giving its Source to the server, with no edit to the gate.
+// route. Each kind of route is a folder below this one (endpointslice,
+// targetgroup); adding a kind is adding a folder and listing its Source in
+// server.New, with no edit to the gate.
 package route
 
 import (
@@ -16,10 +16,9 @@ import (
 	"draingate.dev/draingate/internal/gate"
 )
 
-// Source observes the routes of one kind for terminating pods. The server
-// calls its methods under its own lock, in this order: Transform while the
-// cache fills, Start once, then Ready, Observe and Forget for as long as it
-// runs.
+// Source observes the routes of one kind for terminating pods. The cache
+// calls Transform for every object it stores; the server calls Start once,
+// then Ready, Observe and Forget, those three under its own lock.
 type Source interface {
 	// Kind names the source's routes (api.Route.Kind).
 	Kind() string
