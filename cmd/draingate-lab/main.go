@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"helm.sh/helm/v4/pkg/strvals"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -87,6 +88,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.StringVar(&c.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&c.pngPath, "png", "", "write a timeline per strategy as PNG to this file")
 	fs.Float64Var(&c.opts.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
+	fs.Func("draingate-set", "a value for the draingate chart, in Helm --set syntax (repeatable), on top of its defaults; echoed in the report", func(v string) error {
+		if err := strvals.ParseInto(v, map[string]any{}); err != nil {
+			return err
+		}
+		c.opts.DraingateSet = append(c.opts.DraingateSet, v)
+		return nil
+	})
 	seed := fs.Uint64("seed", 0, "random seed for lags and propagation delays (0: a new one per run, printed in the report)")
 	c.scenario.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {

@@ -27,6 +27,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--propagation-min", "30s", "--propagation-max", "1s"}, "propagation-max 1s is below propagation-min 30s"},
 		{[]string{"run", "--json", "/no/such/dir/x.json"}, "folder /no/such/dir does not exist"},
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"run", "--draingate-set", "replicaCount"}, `key "replicaCount" has no value`},
 	}
 	for _, c := range cases {
 		_, err := parse(c.args, noEnv, io.Discard)

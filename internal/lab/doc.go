@@ -9,13 +9,15 @@
 //
 // Strategies: "none" (no preStop hook), "sleep:DURATION" (the native preStop
 // sleep action) and "draingate": draingate installed as an operator would,
-// with its Helm chart (internal/chart) in a run-unique namespace of its own,
-// one replica reaching the ELBv2 emulator on the bridge address
-// (Env.HostIP), its tails (EndpointSlice 5 s, ALB 20 s, NLB 180 s) and poll
-// interval (2 s, at least 200 ms) scaled by the time scale; the app's
-// namespace is labelled draingate.dev/inject=enabled and its pods are plain:
-// the webhook injects the agent (AgentImage), with a max-wait covering the
-// scenario's worst case with a margin. The lab checks that every pod was
+// with its Helm chart (internal/chart) at the chart's defaults, in a
+// run-unique namespace of its own. The lab sets only what it must (its
+// images, the ELBv2 emulator's endpoint on the bridge address Env.HostIP,
+// region and keys) and, on a scaled run, every duration of the chart's
+// defaults times the scale, like every other duration; nothing comes from
+// the scenario. Options.DraingateSet adds explicit experiments, and the
+// report lists every value the lab set. The app's namespace is labelled
+// draingate.dev/inject=enabled and its pods are plain: the webhook injects
+// the agent (AgentImage) with the chart's max-wait. The lab checks that every pod was
 // injected, so a webhook that failed open cannot pass for the gate. The
 // release, cluster-scoped objects included, is uninstalled when the strategy
 // ends, also on an error or Ctrl-C.

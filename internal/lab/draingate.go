@@ -4,17 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"strings"
 	"time"
 
+	"helm.sh/helm/v4/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/internal/chart"
-	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // The draingate strategy's images, built offline from this module like
@@ -30,70 +30,17 @@ const (
 	gatePort      = 8080 // the chart's wait API port
 	gateReadyBy   = 2 * time.Minute
 	gateLogLines  = 30
-	gateLongPoll  = 30 * time.Second // the server's cap on one long-poll: not a race timing, never scaled
-	gateAWSRate   = 2
-	gateAWSBurst  = 5
 	gateAWSRegion = "us-east-1"
 )
-
-// gateTimings are the gate server's and the agent's durations for one run.
-type gateTimings struct {
-	Poll                    time.Duration // DescribeTargetHealth interval per target group
-	EndpointSlice, ALB, NLB time.Duration // the propagation tails
-	Fallback                time.Duration // the agent's wait when no gate server answers
-}
-
-// timingsFor scales the gate's defaults (docs/facts.md#load-balancer-tails:
-// ALB up to ~20 s after draining, NLB minutes; the gate's own defaults,
-// internal/gate.DefaultTails) by the run's time scale, as the scenario's
-// durations are. The poll interval keeps a floor so a small scale does not
-// hammer the emulator.
-func timingsFor(f float64) gateTimings {
-	if f <= 0 {
-		f = 1
-	}
-	m := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f).Round(time.Millisecond) }
-	return gateTimings{
-		Poll:          max(m(2*time.Second), 200*time.Millisecond),
-		EndpointSlice: m(5 * time.Second),
-		ALB:           m(20 * time.Second),
-		NLB:           m(180 * time.Second),
-		Fallback:      max(time.Duration(math.Ceil(30*f))*time.Second, time.Second),
-	}
-}
-
-// lbTail is the tail the gate applies to the scenario's target group.
-func (t gateTimings) lbTail(sc Scenario) time.Duration {
-	if sc.LoadBalancer == string(elbv2sim.Network) {
-		return t.NLB
-	}
-	return t.ALB
-}
-
-// maxWait is the agent's deadline: long enough that the gate, not the
-// deadline, releases every pod in the scenario's worst case. The gate closes
-// the target group route a poll after the controller's longest lag plus the
-// load balancer's tail; the data plane stops sending after the lag plus its
-// longest propagation. The larger of the two, plus a poll, plus a margin of
-// half that (at least 10 s; the whole of it again when AWS throttles
-// registrations, which delays deregistration past the lag), in whole seconds.
-func (t gateTimings) maxWait(sc Scenario) time.Duration {
-	lag := sc.ReconcileLag + sc.ReconcileJitter
-	covered := max(lag+t.lbTail(sc), sc.MaxRouteDelay()) + t.Poll
-	margin := max(covered/2, 10*time.Second)
-	if throttled(sc) {
-		margin = max(margin, covered)
-	}
-	return time.Duration(math.Ceil((covered + margin).Seconds())) * time.Second
-}
 
 // gateSetup is one strategy's running gate server, as the app pods see it.
 type gateSetup struct {
 	Namespace string
-	Server    string // the wait API's root URL, in-cluster
-	MaxWait   time.Duration
-	Fallback  time.Duration
-	Timings   gateTimings
+	Server    string        // the wait API's root URL, in-cluster
+	MaxWait   time.Duration // the injected agents' max-wait, as the values say
+	// Set is every value the lab gave the chart, flattened ("a.b=v"),
+	// for the report.
+	Set []string
 }
 
 // startGate installs draingate with its Helm chart into its own namespace,
@@ -103,7 +50,7 @@ type gateSetup struct {
 // draingate.dev/inject=enabled the agent. The returned cleanup, never nil,
 // uninstalls the release and deletes the namespace; the caller defers it at
 // once, error or not.
-func (r *runner) startGate(ctx context.Context, ns string, sc Scenario) (*gateSetup, func(), error) {
+func (r *runner) startGate(ctx context.Context, ns string) (*gateSetup, func(), error) {
 	cl := r.env.Client
 	bg := context.Background() // cleanup must run after ctx is cancelled (Ctrl-C)
 	var rel *chart.Release
@@ -115,12 +62,17 @@ func (r *runner) startGate(ctx context.Context, ns string, sc Scenario) (*gateSe
 		}
 		cl.CoreV1().Namespaces().Delete(bg, ns, metav1.DeleteOptions{})
 	}
-	t := timingsFor(r.o.TimeScale)
-	maxWait := t.maxWait(sc)
-	var err error
+	vals, err := gateValues(r.emuURL, r.o.TimeScale, r.o.DraingateSet)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	maxWait, err := agentMaxWait(vals)
+	if err != nil {
+		return nil, cleanup, err
+	}
 	// The release is named after its namespace, which contains "draingate",
 	// so the chart names every object (cluster-scoped ones too) after it.
-	rel, err = chart.Install(ctx, r.env.Kubeconfig, ns, ns, gateValues(r.emuURL, t, maxWait), gateReadyBy, nil)
+	rel, err = chart.Install(ctx, r.env.Kubeconfig, ns, ns, vals, gateReadyBy, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, cleanup, err
@@ -131,32 +83,109 @@ func (r *runner) startGate(ctx context.Context, ns string, sc Scenario) (*gateSe
 		Namespace: ns,
 		Server:    fmt.Sprintf("http://%s.%s.svc:%d", ns, ns, gatePort),
 		MaxWait:   maxWait,
-		Fallback:  t.Fallback,
-		Timings:   t,
+		Set:       flatten("", vals),
 	}, cleanup, nil
 }
 
-// gateValues are the chart's values for one lab run: one replica, the
-// images built offline, the emulator's endpoint and static keys (it ignores
-// signatures), the run's scaled tails, and the agent's max-wait for the
-// scenario.
-func gateValues(elbv2URL string, t gateTimings, maxWait time.Duration) map[string]any {
+// gateValues are the chart's values for one lab run, as a user installs
+// it: the chart's own defaults, and on top only what the lab itself
+// requires (the images it built offline; the emulator's endpoint, region
+// and static keys, which it ignores) and, when the run is scaled, every
+// duration of the defaults multiplied by the time scale, like every other
+// duration of the run. Nothing comes from the scenario. sets (Helm --set
+// syntax) come last: the operator's explicit experiments.
+func gateValues(elbv2URL string, scale float64, sets []string) (map[string]any, error) {
+	ch, err := chart.Load()
+	if err != nil {
+		return nil, err
+	}
+	vals := map[string]any{}
+	if scale > 0 && scale != 1 {
+		vals = scaleDurations(ch.Values, scale)
+	}
 	repo, tag, _ := strings.Cut(ServerImage, ":")
 	agentRepo, agentTag, _ := strings.Cut(AgentImage, ":")
 	env := func(name, value string) map[string]any { return map[string]any{"name": name, "value": value} }
-	return map[string]any{
-		"replicaCount": 1,
-		"image":        map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
-		"aws":          map[string]any{"region": gateAWSRegion, "elbv2Endpoint": elbv2URL, "rate": gateAWSRate, "burst": gateAWSBurst},
-		"extraEnv":     []any{env("AWS_ACCESS_KEY_ID", "lab"), env("AWS_SECRET_ACCESS_KEY", "lab"), env("AWS_EC2_METADATA_DISABLED", "true")},
-		"pollInterval": t.Poll.String(),
-		"tails":        map[string]any{"endpointSlice": t.EndpointSlice.String(), "alb": t.ALB.String(), "nlb": t.NLB.String()},
-		"maxWait":      gateLongPoll.String(),
-		"agent": map[string]any{
-			"image":   map[string]any{"repository": agentRepo, "tag": agentTag},
-			"maxWait": maxWait.String(), "fallback": t.Fallback.String(), "shutdownBudget": grace.String(),
-		},
+	required := map[string]any{
+		"image":    map[string]any{"repository": repo, "tag": tag},
+		"aws":      map[string]any{"region": gateAWSRegion, "elbv2Endpoint": elbv2URL},
+		"extraEnv": []any{env("AWS_ACCESS_KEY_ID", "lab"), env("AWS_SECRET_ACCESS_KEY", "lab"), env("AWS_EC2_METADATA_DISABLED", "true")},
+		"agent":    map[string]any{"image": map[string]any{"repository": agentRepo, "tag": agentTag}},
 	}
+	vals = mergeValues(vals, required)
+	for _, s := range sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			return nil, fmt.Errorf("--draingate-set %q: %w", s, err)
+		}
+	}
+	return vals, nil
+}
+
+// scaleDurations returns the duration values of defaults (strings such as
+// "20s"), each multiplied by f, at their places; nothing else.
+func scaleDurations(defaults map[string]any, f float64) map[string]any {
+	out := map[string]any{}
+	for k, v := range defaults {
+		switch v := v.(type) {
+		case map[string]any:
+			if sub := scaleDurations(v, f); len(sub) > 0 {
+				out[k] = sub
+			}
+		case string:
+			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+				out[k] = time.Duration(float64(d) * f).Round(time.Millisecond).String()
+			}
+		}
+	}
+	return out
+}
+
+// mergeValues puts src's values into dst, maps merged key by key.
+func mergeValues(dst, src map[string]any) map[string]any {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = mergeValues(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+	return dst
+}
+
+// flatten lists values as sorted "a.b=v" lines.
+func flatten(prefix string, vals map[string]any) []string {
+	var out []string
+	for k, v := range vals {
+		switch v := v.(type) {
+		case map[string]any:
+			out = append(out, flatten(prefix+k+".", v)...)
+		case []any:
+			out = append(out, fmt.Sprintf("%s%s=[%d entries]", prefix, k, len(v)))
+		default:
+			out = append(out, fmt.Sprintf("%s%s=%v", prefix, k, v))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// agentMaxWait is the injected agents' max-wait the chart will use: the
+// values' own, else the chart's default (a fresh copy of the defaults is
+// merged into, never the values).
+func agentMaxWait(vals map[string]any) (time.Duration, error) {
+	ch, err := chart.Load()
+	if err != nil {
+		return 0, err
+	}
+	agent, _ := mergeValues(ch.Values, vals)["agent"].(map[string]any)
+	s, _ := agent["maxWait"].(string)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("agent.maxWait %q: %w", s, err)
+	}
+	return d, nil
 }
 
 func gateReady(ctx context.Context, cl kubernetes.Interface, ns string) bool {

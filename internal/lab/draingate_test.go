@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,53 +9,69 @@ import (
 	"draingate.dev/draingate/internal/chart"
 )
 
-func TestGateTimingsScale(t *testing.T) {
-	cases := []struct {
-		f    float64
-		want gateTimings
-	}{
-		{1, gateTimings{Poll: 2 * time.Second, EndpointSlice: 5 * time.Second, ALB: 20 * time.Second, NLB: 180 * time.Second, Fallback: 30 * time.Second}},
-		{0.25, gateTimings{Poll: 500 * time.Millisecond, EndpointSlice: 1250 * time.Millisecond, ALB: 5 * time.Second, NLB: 45 * time.Second, Fallback: 8 * time.Second}},
-		// The poll interval keeps its floor; the tails scale all the way.
-		{0.05, gateTimings{Poll: 200 * time.Millisecond, EndpointSlice: 250 * time.Millisecond, ALB: time.Second, NLB: 9 * time.Second, Fallback: 2 * time.Second}},
+// The lab installs draingate as a user would: the chart's defaults, and on
+// top only the images it built, the emulator's endpoint, region and keys,
+// and (when scaled) each duration of the defaults times the scale.
+func TestGateValuesAreTheChartDefaults(t *testing.T) {
+	required := []string{
+		"agent.image.repository=draingate.local/draingate-prestop", "agent.image.tag=1",
+		"aws.elbv2Endpoint=http://10.244.0.1:40000", "aws.region=us-east-1", "extraEnv=[3 entries]",
+		"image.repository=draingate.local/draingate", "image.tag=1",
 	}
-	for _, c := range cases {
-		if got := timingsFor(c.f); got != c.want {
-			t.Errorf("scale %g: %+v, want %+v", c.f, got, c.want)
-		}
+	vals, err := gateValues("http://10.244.0.1:40000", 1, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
+	if got := flatten("", vals); !slices.Equal(got, required) {
+		t.Errorf("at scale 1 the lab sets\n%s\nwant only\n%s", strings.Join(got, "\n"), strings.Join(required, "\n"))
+	}
+	if mw, err := agentMaxWait(vals); err != nil || mw != 90*time.Second {
+		t.Errorf("agent max-wait %s (%v), want the chart's 90s", mw, err)
+	}
 
-// The agent's deadline must leave the release to the gate in each named
-// scenario's worst case: past the controller's lag plus the load balancer's
-// tail, and past the data plane's last possible request.
-func TestGateMaxWaitCoversScenario(t *testing.T) {
-	for _, name := range ScenarioNames() {
-		for _, f := range []float64{1, 0.25} {
-			sc := Scenarios[name].Scaled(f)
-			tm := timingsFor(f)
-			mw := tm.maxWait(sc)
-			lag := sc.ReconcileLag + sc.ReconcileJitter
-			if least := max(lag+tm.lbTail(sc), sc.MaxRouteDelay()) + tm.Poll; mw <= least {
-				t.Errorf("%s at %g: max-wait %s does not pass the worst case %s", name, f, mw, least)
+	ch, err := chart.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err = gateValues("http://10.244.0.1:40000", 0.25, []string{"agent.fallback=7s", "replicaCount=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(required)
+	for _, kv := range flatten("", ch.Values) {
+		k, v, _ := strings.Cut(kv, "=")
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			if k == "agent.fallback" {
+				v = "7s"
+			} else {
+				v = (d / 4).String()
 			}
-			if mw%time.Second != 0 {
-				t.Errorf("%s at %g: max-wait %s is not whole seconds", name, f, mw)
-			}
+			want = append(want, k+"="+v)
 		}
 	}
-	if nlb, alb := timingsFor(1).lbTail(Scenarios["nlb"]), timingsFor(1).lbTail(Scenarios["alb"]); nlb != 180*time.Second || alb != 20*time.Second {
-		t.Errorf("tails: nlb %s, alb %s", nlb, alb)
+	want = append(want, "replicaCount=1")
+	slices.Sort(want)
+	if got := flatten("", vals); !slices.Equal(got, want) {
+		t.Errorf("at scale 0.25 with two --draingate-set the lab sets\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.Contains(want, "tails.alb=5s") || !slices.Contains(want, "agent.maxWait=22.5s") {
+		t.Errorf("the chart's defaults moved: %v", want)
+	}
+	if _, err := gateValues("", 1, []string{"replicaCount"}); err == nil {
+		t.Error("a bad --draingate-set was accepted")
 	}
 }
 
 // TestGateValuesRenderTheChart: the lab's chart values render, and the
-// server gets the run's emulator endpoint, scaled tails and the agent's
-// max-wait for the scenario; the app Deployment itself carries no hook.
+// server gets the run's emulator endpoint and the chart's durations scaled;
+// the app Deployment itself carries no hook.
 func TestGateValuesRenderTheChart(t *testing.T) {
 	sc := Scenarios["slow-aws"].Scaled(0.25)
-	tm := timingsFor(0.25)
-	files, err := chart.Render("lab-3-draingate-sys-1", "lab-3-draingate-sys-1", gateValues("http://10.244.0.1:40000", tm, tm.maxWait(sc)), "")
+	vals, err := gateValues("http://10.244.0.1:40000", 0.25, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := chart.Render("lab-3-draingate-sys-1", "lab-3-draingate-sys-1", vals, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +82,8 @@ func TestGateValuesRenderTheChart(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"--elbv2-endpoint=http://10.244.0.1:40000", "--tail-alb=" + tm.ALB.String(), "--tail-endpointslice=" + tm.EndpointSlice.String(),
-		"--poll-interval=" + tm.Poll.String(), "--inject-max-wait=" + tm.maxWait(sc).String(), "--agent-image=" + AgentImage,
+		"--elbv2-endpoint=http://10.244.0.1:40000", "--tail-alb=5s", "--tail-endpointslice=1.25s",
+		"--poll-interval=500ms", "--inject-max-wait=22.5s", "--agent-image=" + AgentImage,
 		`image: "` + ServerImage + `"`, "AWS_ACCESS_KEY_ID",
 	} {
 		if !strings.Contains(deploy, want) {

@@ -34,14 +34,18 @@ import (
 
 // Options is one lab run.
 type Options struct {
-	Scenario   Scenario   // already scaled
-	TimeScale  float64    // also scales the draingate strategy's tails and poll interval
-	Strategies []Strategy // sleeps already scaled
-	Replicas   int
-	Rollouts   int
-	RPS        int
-	Seed       uint64
-	Progress   io.Writer
+	Scenario  Scenario // already scaled
+	TimeScale float64  // also scales every duration of the draingate chart's defaults
+	// DraingateSet are chart values in Helm --set syntax for the draingate
+	// strategy, on top of its defaults: explicit experiments, echoed in the
+	// report.
+	DraingateSet []string
+	Strategies   []Strategy // sleeps already scaled
+	Replicas     int
+	Rollouts     int
+	RPS          int
+	Seed         uint64
+	Progress     io.Writer
 }
 
 // Env is what a run needs of the cluster: an admin config and a clientset
@@ -142,17 +146,15 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	if st.Gate {
 		gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
 		r.progress(st, "setup: gate server in namespace %s", gns)
-		g, stopGate, err := r.startGate(ctx, gns, sc)
+		g, stopGate, err := r.startGate(ctx, gns)
 		defer stopGate()
 		if err != nil {
 			return res, err
 		}
 		gate = g
 		nsLabels = map[string]string{inject.LabelInject: inject.Enabled}
-		t := g.Timings
-		r.progress(st, "gate server ready; agent max-wait %s, fallback %s", g.MaxWait, g.Fallback)
-		r.notes = append(r.notes, fmt.Sprintf("%s: gate server in namespace %s, tails endpointslice %s, alb %s, nlb %s, poll %s; agent max-wait %s, fallback %s",
-			st.Name, gns, t.EndpointSlice, t.ALB, t.NLB, t.Poll, g.MaxWait, g.Fallback))
+		r.progress(st, "gate server ready; agent max-wait %s", g.MaxWait)
+		r.notes = append(r.notes, fmt.Sprintf("%s: the chart's defaults in namespace %s; the lab set %s", st.Name, gns, strings.Join(g.Set, ", ")))
 	}
 	cl := r.env.Client
 	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
