@@ -95,3 +95,26 @@ func TestGateValuesRenderTheChart(t *testing.T) {
 		t.Errorf("the draingate strategy's Deployment has a hand-written hook: injection adds it")
 	}
 }
+
+// The agent's closing lines, as internal/prestop writes them, name how it
+// let the pod go; its other lines and the app's are not closing lines.
+func TestReleaseReason(t *testing.T) {
+	for _, c := range []struct{ line, want string }{
+		{"draingate-prestop: released after 21.6s: drained (endpointslice/lab/web closed, targetgroup/arn closed): released: all 2 routes closed", "drained"},
+		{"draingate-prestop: released after 0s: no-routes (): released: no route holds the pod", "no-routes"},
+		{"draingate-prestop: released after 1m25s: deadline (targetgroup/arn draining): released at the deadline", "deadline"},
+		{"draingate-prestop: deadline reached after 1m30s, not released (last verdict: not-terminating ())", "max-wait"},
+		{"draingate-prestop: no gate server answered in 30s (12 asks, last error: refused); waited fallback 30s", "fallback"},
+		{"draingate-prestop: gate server refused the request: 403 nope; not asking again, waiting out the fallback (29s more)", "refused"},
+		{"draingate-prestop: wait canceled after 3s: context canceled", "canceled"},
+		{"draingate-prestop: not waiting: pod name missing", "invalid"},
+		{"draingate-prestop: waiting after 2s: not released yet (targetgroup/arn healthy)", ""},
+		{"draingate-prestop: asking http://x whether a/b may stop: max wait 90s, fallback 30s", ""},
+		{"sigterm 1764700000000000000", ""},
+	} {
+		got, ok := releaseReason(c.line)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("%q: %q %v, want %q", c.line, got, ok, c.want)
+		}
+	}
+}

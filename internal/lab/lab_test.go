@@ -73,6 +73,11 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	if gated.Failed != 0 {
 		t.Errorf("%s: %d of %d requests failed; the agent must hold SIGTERM until the gate saw every route close", gate.Name, gated.Failed, gated.Requests)
 	}
+	// Every gated pod is let go by the gate once its routes drained; the
+	// other strategies have no agent to say so.
+	if gated.Releases["drained"] != 3 || len(gated.Releases) != 1 || len(none.Releases) != 0 || len(slept.Releases) != 0 {
+		t.Errorf("released by: draingate %v, none %v, sleep %v; want drained=3, and nothing without the agent", gated.Releases, none.Releases, slept.Releases)
+	}
 	if len(none.Terminations) != 3 || len(slept.Terminations) != 3 || len(gated.Terminations) != 3 {
 		t.Errorf("terminations measured: %d, %d and %d, want 3 each", len(none.Terminations), len(slept.Terminations), len(gated.Terminations))
 	}

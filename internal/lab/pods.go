@@ -21,6 +21,7 @@ type podRecord struct {
 	deletedAt time.Time // first seen with a deletionTimestamp
 	sigterm   time.Time
 	exit      time.Time
+	release   string // how the agent let the pod go (releaseReason), "" without one
 	following bool
 }
 
@@ -85,7 +86,8 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 }
 
 // follow reads the app's log until the container ends, keeping its
-// "sigterm <ns>" and "exit <ns>" lines.
+// "sigterm <ns>" and "exit <ns>" lines and the agent's last word on why it
+// let the pod go (the injected agent writes its lines there too).
 func (t *tracker) follow(ctx context.Context, pod string) {
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		rc, err := t.cl.CoreV1().Pods(t.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
@@ -95,6 +97,12 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 		}
 		sc := bufio.NewScanner(rc)
 		for sc.Scan() {
+			if why, ok := releaseReason(sc.Text()); ok {
+				t.mu.Lock()
+				t.pods[pod].release = why
+				t.mu.Unlock()
+				continue
+			}
 			f := strings.Fields(sc.Text())
 			if len(f) != 2 {
 				continue
@@ -142,4 +150,34 @@ func (t *tracker) deletedPending() int {
 		}
 	}
 	return n
+}
+
+// releaseReason reads one of the agent's closing log lines (internal/prestop)
+// and says how it let the pod go: the gate's release reason ("drained",
+// "no-routes", "deadline" for the server's deadline), "max-wait" (the
+// agent's own deadline), "fallback" (no gate server answered), "refused"
+// (the server refused the request), "canceled" or "invalid". Other lines
+// are not closing lines.
+func releaseReason(line string) (string, bool) {
+	rest, ok := strings.CutPrefix(line, "draingate-prestop: ")
+	if !ok {
+		return "", false
+	}
+	switch {
+	case strings.HasPrefix(rest, "released after "):
+		_, verdict, _ := strings.Cut(rest, ": ")
+		reason, _, _ := strings.Cut(verdict, " ")
+		return reason, reason != ""
+	case strings.HasPrefix(rest, "deadline reached after "):
+		return "max-wait", true
+	case strings.HasPrefix(rest, "no gate server answered "):
+		return "fallback", true
+	case strings.Contains(rest, "; not asking again"):
+		return "refused", true
+	case strings.HasPrefix(rest, "wait canceled "):
+		return "canceled", true
+	case strings.HasPrefix(rest, "not waiting: "):
+		return "invalid", true
+	}
+	return "", false
 }

@@ -310,6 +310,12 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		if !p.exit.IsZero() {
 			res.Terminations = append(res.Terminations, p.exit.Sub(p.deletedAt))
 		}
+		if p.release != "" {
+			if res.Releases == nil {
+				res.Releases = map[string]int{}
+			}
+			res.Releases[p.release]++
+		}
 		if !p.sigterm.IsZero() {
 			res.Timeline.SIGTERMs = append(res.Timeline.SIGTERMs, p.sigterm)
 			if at, ok := dp.StoppedAt(dataplane.Target{ID: p.ip, Port: appPort}); ok {

@@ -24,7 +24,11 @@ type Strategy struct {
 	Slacks []time.Duration
 	// ELBv2Calls counts calls per action, whatever their result.
 	ELBv2Calls map[string]int
-	Timeline   Timeline
+	// Releases counts deleted pods by how their preStop agent let them go
+	// ("drained", "deadline", "max-wait", "fallback", ...); empty without an
+	// agent.
+	Releases map[string]int
+	Timeline Timeline
 }
 
 // Report is one lab run: a scenario played once per strategy.
@@ -106,22 +110,23 @@ func (r Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "scenario %s  replicas %d  rollouts %d  rps %d  time scale %g\n\n",
 		r.Scenario, r.Replicas, r.Rollouts, r.RPS, r.TimeScale)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\trequests\tfailed\tfailure %\tterm p50 s\tterm p99 s\tslack p50 s\tslack min s\tELBv2 calls")
+	fmt.Fprintln(tw, "strategy\trequests\tfailed\tfailure %\tterm p50 s\tterm p99 s\tslack p50 s\tslack min s\treleased by\tELBv2 calls")
 	for _, s := range r.Strategies {
 		tp50, ok50 := s.TerminationP50()
 		tp99, ok99 := s.TerminationP99()
 		sp50, okS := s.SlackP50()
 		smin, okM := s.SlackMin()
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			s.Name, s.Requests, s.Failed, percent(s.Failed, s.Requests),
 			seconds(tp50, ok50), seconds(tp99, ok99), seconds(sp50, okS), seconds(smin, okM),
-			calls(s.ELBv2Calls))
+			counts(s.Releases), counts(s.ELBv2Calls))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	b.WriteString("\ntermination: pod deletion seen -> container exit. " +
-		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation).\n")
+		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation). " +
+		"released by: how each pod's preStop agent let it go (the gate's reason; max-wait: the agent's own deadline; fallback: no gate server answered).\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
@@ -149,9 +154,9 @@ func seconds(d time.Duration, ok bool) string {
 	return fmt.Sprintf("%.1f", d.Seconds())
 }
 
-// calls lists action=count sorted by action, full action names: prefixes
-// such as "Describe" are shared by several actions.
-func calls(m map[string]int) string {
+// counts lists key=count sorted by key, full names (ELBv2 actions share
+// prefixes such as "Describe").
+func counts(m map[string]int) string {
 	if len(m) == 0 {
 		return "-"
 	}
@@ -184,6 +189,7 @@ type jsonStrategy struct {
 	SlackP50       *float64       `json:"slack_p50_s"`
 	SlackMin       *float64       `json:"slack_min_s"`
 	ELBv2Calls     map[string]int `json:"elbv2_calls"`
+	Releases       map[string]int `json:"releases"`
 }
 
 // WriteJSON writes the report as one indented JSON object:
@@ -191,12 +197,14 @@ type jsonStrategy struct {
 //	{"scenario", "time_scale", "replicas", "rollouts", "rps",
 //	 "strategies": [{"name", "requests", "failed", "failure_rate",
 //	   "termination_p50_s", "termination_p99_s", "slack_p50_s",
-//	   "slack_min_s", "elbv2_calls": {action: calls}}],
+//	   "slack_min_s", "elbv2_calls": {action: calls},
+//	   "releases": {reason: pods}}],
 //	 "notes": [...]}
 //
 // failure_rate is a fraction (0..1, 0 with no requests). Durations are
 // seconds as floats, as measured (not rescaled by time_scale), and null when
-// there is no sample. elbv2_calls and notes are never null, possibly empty.
+// there is no sample. elbv2_calls, releases and notes are never null,
+// possibly empty.
 func (r Report) WriteJSON(w io.Writer) error {
 	out := jsonReport{
 		Scenario: r.Scenario, TimeScale: r.TimeScale,
@@ -209,8 +217,10 @@ func (r Report) WriteJSON(w io.Writer) error {
 			Name: s.Name, Requests: s.Requests, Failed: s.Failed,
 			FailureRate: s.FailureRate(),
 			ELBv2Calls:  map[string]int{},
+			Releases:    map[string]int{},
 		}
 		maps.Copy(js.ELBv2Calls, s.ELBv2Calls)
+		maps.Copy(js.Releases, s.Releases)
 		js.TerminationP50 = secondsPtr(s.TerminationP50())
 		js.TerminationP99 = secondsPtr(s.TerminationP99())
 		js.SlackP50 = secondsPtr(s.SlackP50())

@@ -123,6 +123,7 @@ func sample() Report {
 		Name: "sleep:30s", Requests: 6000, Failed: 0,
 		Terminations: secs(31.2, 31.44, 31.06),
 		ELBv2Calls:   map[string]int{"DescribeTargetHealth": 14, "RegisterTargets": 6, "DeregisterTargets": 6},
+		Releases:     map[string]int{"drained": 2, "max-wait": 1},
 		Timeline:     timeline(t0.Add(time.Hour), 90, []int{20, 45, 70}, 0),
 	}
 	return Report{
@@ -183,8 +184,8 @@ func TestWriteTable(t *testing.T) {
 		}
 	}
 	// strategy requests failed failure% term-p50 term-p99 slack-p50 slack-min calls...
-	wantNone := []string{"none", "6000", "42", "0.70", "1.0", "1.3", "-3.1", "-12.3"}
-	wantSleep := []string{"sleep:30s", "6000", "0", "0.00", "31.2", "31.4", "-", "-"}
+	wantNone := []string{"none", "6000", "42", "0.70", "1.0", "1.3", "-3.1", "-12.3", "-"}
+	wantSleep := []string{"sleep:30s", "6000", "0", "0.00", "31.2", "31.4", "-", "-", "drained=2", "max-wait=1"}
 	if got := rows["none"]; len(got) < len(wantNone) || !slices.Equal(got[:len(wantNone)], wantNone) {
 		t.Errorf("none row = %q, want prefix %q", got, wantNone)
 	}
@@ -224,7 +225,7 @@ func TestWriteJSON(t *testing.T) {
 	if len(strategies) != 2 {
 		t.Fatalf("strategies = %v", doc["strategies"])
 	}
-	keys := []string{"elbv2_calls", "failed", "failure_rate", "name", "requests",
+	keys := []string{"elbv2_calls", "failed", "failure_rate", "name", "releases", "requests",
 		"slack_min_s", "slack_p50_s", "termination_p50_s", "termination_p99_s"}
 	for _, e := range strategies {
 		s := e.(map[string]any)
