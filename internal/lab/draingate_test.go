@@ -118,3 +118,32 @@ func TestReleaseReason(t *testing.T) {
 		}
 	}
 }
+
+// The scenarios that probe draingate's defaults go past them, read from
+// the chart: alb-slow's data plane propagates past the default ALB tail,
+// lag-past-deadline's controller deregisters after the agent's default
+// max-wait. Every named scenario is valid.
+func TestScenariosProbeTheDefaults(t *testing.T) {
+	ch, err := chart.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := map[string]time.Duration{}
+	for _, kv := range flatten("", ch.Values) {
+		k, v, _ := strings.Cut(kv, "=")
+		if d, err := time.ParseDuration(v); err == nil {
+			def[k] = d
+		}
+	}
+	if sc := Scenarios["alb-slow"]; sc.PropagationMax <= def["tails.alb"] || sc.LoadBalancer != "application" {
+		t.Errorf("alb-slow propagates up to %s behind an %s load balancer; the default ALB tail is %s", sc.PropagationMax, sc.LoadBalancer, def["tails.alb"])
+	}
+	if sc := Scenarios["lag-past-deadline"]; sc.ReconcileLag <= def["agent.maxWait"] {
+		t.Errorf("lag-past-deadline's controller lags %s; the default max-wait is %s", sc.ReconcileLag, def["agent.maxWait"])
+	}
+	for _, name := range ScenarioNames() {
+		if sc := Scenarios[name]; sc.Name != name || sc.Validate() != nil {
+			t.Errorf("scenario %s: name %q, %v", name, sc.Name, sc.Validate())
+		}
+	}
+}

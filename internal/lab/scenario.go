@@ -42,7 +42,10 @@ type Scenario struct {
 // default demo short. Figures from docs/facts.md ("Load balancer tails", "AWS
 // Load Balancer Controller"): ALB data planes keep sending new requests up to
 // ~20 s after deregistration, NLBs 2-5 minutes; a throttled or lagging
-// controller deregisters 20-60 s late.
+// controller deregisters 20-60 s late. A scenario exists to find where a
+// strategy fails: alb-slow propagates past draingate's default ALB tail
+// (20 s), lag-past-deadline deregisters after its default agent max-wait
+// (90 s).
 var Scenarios = map[string]Scenario{
 	"alb": {
 		Name: "alb", LoadBalancer: string(elbv2sim.Application),
@@ -57,6 +60,22 @@ var Scenarios = map[string]Scenario{
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
 		PropagationMin: 120 * time.Second, PropagationMax: 300 * time.Second,
 		DeregistrationDelay: 300 * time.Second,
+		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
+		AppLatency: 50 * time.Millisecond,
+	},
+	"alb-slow": {
+		Name: "alb-slow", LoadBalancer: string(elbv2sim.Application),
+		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
+		PropagationMin: 10 * time.Second, PropagationMax: 40 * time.Second,
+		DeregistrationDelay: 60 * time.Second,
+		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
+		AppLatency: 50 * time.Millisecond,
+	},
+	"lag-past-deadline": {
+		Name: "lag-past-deadline", LoadBalancer: string(elbv2sim.Application),
+		ReconcileLag: 100 * time.Second, ReconcileJitter: 20 * time.Second,
+		PropagationMin: 0, PropagationMax: 20 * time.Second,
+		DeregistrationDelay: 60 * time.Second,
 		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
 		AppLatency: 50 * time.Millisecond,
 	},
@@ -143,9 +162,10 @@ func (s Scenario) Validate() error {
 type Strategy struct {
 	Name  string
 	Sleep time.Duration // for "sleep:D"
-	// Gate, for "draingate", runs a gate server (ServerImage) for the
-	// strategy and the agent (AgentImage) as the app's preStop hook. Its
-	// tails and poll interval scale with Options.TimeScale.
+	// Gate, for "draingate", installs draingate's chart at its defaults
+	// (every duration scaled with Options.TimeScale) for the strategy: the
+	// gate server (ServerImage) and, injected, the agent (AgentImage) as the
+	// app's preStop hook.
 	Gate bool
 }
 
