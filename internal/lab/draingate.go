@@ -122,12 +122,17 @@ func gateValues(elbv2URL string, scale float64, sets []string) (map[string]any, 
 }
 
 // scaleDurations returns the duration values of defaults (strings such as
-// "20s"), each multiplied by f, at their places; nothing else.
+// "20s"), each multiplied by f, at their places; nothing else. Resource
+// requests and limits are Kubernetes quantities, not durations, even where
+// they read like one ("50m" CPU): their subtrees are skipped.
 func scaleDurations(defaults map[string]any, f float64) map[string]any {
 	out := map[string]any{}
 	for k, v := range defaults {
 		switch v := v.(type) {
 		case map[string]any:
+			if k == "resources" {
+				continue
+			}
 			if sub := scaleDurations(v, f); len(sub) > 0 {
 				out[k] = sub
 			}

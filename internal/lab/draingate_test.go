@@ -40,6 +40,9 @@ func TestGateValuesAreTheChartDefaults(t *testing.T) {
 	want := slices.Clone(required)
 	for _, kv := range flatten("", ch.Values) {
 		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "resources.") {
+			continue // quantities: "50m" is 50 millicores, not minutes
+		}
 		if d, err := time.ParseDuration(v); err == nil && d > 0 {
 			if k == "agent.fallback" {
 				v = "7s"
@@ -54,7 +57,7 @@ func TestGateValuesAreTheChartDefaults(t *testing.T) {
 	if got := flatten("", vals); !slices.Equal(got, want) {
 		t.Errorf("at scale 0.25 with two --draingate-set the lab sets\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if !slices.Contains(want, "tails.alb=5s") || !slices.Contains(want, "agent.maxWait=22.5s") {
+	if !slices.Contains(want, "tails.alb=5s") || !slices.Contains(want, "agent.maxWait=22.5s") || slices.ContainsFunc(want, func(kv string) bool { return strings.HasPrefix(kv, "resources.") }) {
 		t.Errorf("the chart's defaults moved: %v", want)
 	}
 	if _, err := gateValues("", 1, []string{"replicaCount"}); err == nil {
@@ -83,7 +86,7 @@ func TestGateValuesRenderTheChart(t *testing.T) {
 	}
 	for _, want := range []string{
 		"--elbv2-endpoint=http://10.244.0.1:40000", "--tail-alb=5s", "--tail-endpointslice=1.25s",
-		"--poll-interval=500ms", "--inject-max-wait=22.5s", "--agent-image=" + AgentImage,
+		"--poll-interval=500ms", "--inject-max-wait=22.5s", "--agent-image=" + AgentImage, "cpu: 50m",
 		`image: "` + ServerImage + `"`, "AWS_ACCESS_KEY_ID",
 	} {
 		if !strings.Contains(deploy, want) {
