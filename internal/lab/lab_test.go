@@ -99,12 +99,14 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 			t.Errorf("%s: ELBv2 calls %v: want registrations and deregistrations", s.Name, s.ELBv2Calls)
 		}
 	}
-	// The report says where the gate ran.
+	// The report says where the gate ran and every chart value the lab set:
+	// the chart's durations at the run's scale, nothing from the scenario.
 	noted := false
 	for _, n := range rep.Notes {
-		noted = noted || strings.HasPrefix(n, gate.Name+": gate server in namespace ")
+		noted = noted || strings.HasPrefix(n, gate.Name+": the chart's defaults in namespace ") &&
+			strings.Contains(n, "agent.maxWait=22.5s") && strings.Contains(n, "tails.alb=5s")
 	}
 	if !noted {
-		t.Errorf("notes %q: want where the gate server ran", rep.Notes)
+		t.Errorf("notes %q: want where the gate server ran and the chart values the lab set (90s max-wait and 20s ALB tail at scale 0.25)", rep.Notes)
 	}
 }
