@@ -46,49 +46,36 @@ type Scenario struct {
 // strategy fails: alb-slow propagates past draingate's default ALB tail
 // (20 s), lag-past-deadline deregisters after its default agent max-wait
 // (90 s).
-var Scenarios = map[string]Scenario{
-	"alb": {
+var Scenarios = func() map[string]Scenario {
+	alb := Scenario{
 		Name: "alb", LoadBalancer: string(elbv2sim.Application),
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
 		PropagationMin: 0, PropagationMax: 20 * time.Second,
 		DeregistrationDelay: 60 * time.Second,
 		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
 		AppLatency: 50 * time.Millisecond,
-	},
-	"nlb": {
-		Name: "nlb", LoadBalancer: string(elbv2sim.Network),
-		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
-		PropagationMin: 120 * time.Second, PropagationMax: 300 * time.Second,
-		DeregistrationDelay: 300 * time.Second,
-		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
-		AppLatency: 50 * time.Millisecond,
-	},
-	"alb-slow": {
-		Name: "alb-slow", LoadBalancer: string(elbv2sim.Application),
-		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
-		PropagationMin: 10 * time.Second, PropagationMax: 40 * time.Second,
-		DeregistrationDelay: 60 * time.Second,
-		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
-		AppLatency: 50 * time.Millisecond,
-	},
-	"lag-past-deadline": {
-		Name: "lag-past-deadline", LoadBalancer: string(elbv2sim.Application),
-		ReconcileLag: 100 * time.Second, ReconcileJitter: 20 * time.Second,
-		PropagationMin: 0, PropagationMax: 20 * time.Second,
-		DeregistrationDelay: 60 * time.Second,
-		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
-		AppLatency: 50 * time.Millisecond,
-	},
-	"slow-aws": {
-		Name: "slow-aws", LoadBalancer: string(elbv2sim.Application),
-		ReconcileLag: 20 * time.Second, ReconcileJitter: 40 * time.Second,
-		PropagationMin: 0, PropagationMax: 20 * time.Second,
-		DeregistrationDelay: 60 * time.Second,
-		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
-		AppLatency:         50 * time.Millisecond,
-		RegistrationRefill: 0.5, RegistrationCapacity: 2,
-	},
-}
+	}
+	// The others say how they differ from alb.
+	nlb := alb
+	nlb.Name, nlb.LoadBalancer = "nlb", string(elbv2sim.Network)
+	nlb.PropagationMin, nlb.PropagationMax = 120*time.Second, 300*time.Second
+	nlb.DeregistrationDelay = 300 * time.Second
+	albSlow := alb
+	albSlow.Name = "alb-slow"
+	albSlow.PropagationMin, albSlow.PropagationMax = 10*time.Second, 40*time.Second
+	lagging := alb
+	lagging.Name = "lag-past-deadline"
+	lagging.ReconcileLag, lagging.ReconcileJitter = 100*time.Second, 20*time.Second
+	slowAWS := alb
+	slowAWS.Name = "slow-aws"
+	slowAWS.ReconcileLag, slowAWS.ReconcileJitter = 20*time.Second, 40*time.Second
+	slowAWS.RegistrationRefill, slowAWS.RegistrationCapacity = 0.5, 2
+	out := map[string]Scenario{}
+	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS} {
+		out[sc.Name] = sc
+	}
+	return out
+}()
 
 // ScenarioNames lists the scenarios, sorted.
 func ScenarioNames() []string {
