@@ -173,8 +173,10 @@ func New(o Options) (*Server, error) {
 	p := s.pods
 	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
 	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+		// No deep copy: every route change re-reads the terminating pods of
+		// its namespace, and nothing writes to what it reads.
 		pod := &corev1.Pod{}
-		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod)
+		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
 	}
 	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log}
 	p.tracked = s.metrics.setTracked
