@@ -11,6 +11,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -83,6 +84,7 @@ type Server struct {
 	statsMu sync.Mutex
 	latency map[string]time.Duration
 	calls   map[string]map[string]int
+	callers map[string]map[string]int // access key ID → action → calls
 }
 
 // New returns a Server with no target groups.
@@ -102,6 +104,7 @@ func New(cfg Config) *Server {
 		subs:    map[*subscriber]struct{}{},
 		latency: map[string]time.Duration{},
 		calls:   map[string]map[string]int{},
+		callers: map[string]map[string]int{},
 	}
 	for a, d := range cfg.Latency {
 		s.SetLatency(a, d)
@@ -212,7 +215,22 @@ func (s *Server) Calls() map[string]map[string]int {
 	return out
 }
 
-func (s *Server) count(action, result string) {
+// CallsBy returns, per caller, how many calls of each action it made,
+// whatever their result. The caller is the access key ID of the request's
+// signature (the Credential of its Authorization header), or "" for an
+// unsigned request: give each client its own key to tell them apart.
+func (s *Server) CallsBy() map[string]map[string]int {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	out := make(map[string]map[string]int, len(s.callers))
+	for c, m := range s.callers {
+		out[c] = maps.Clone(m)
+	}
+	return out
+}
+
+func (s *Server) count(r *http.Request, action, result string) {
+	caller := accessKeyID(r.Header.Get("Authorization"))
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	m := s.calls[action]
@@ -221,6 +239,23 @@ func (s *Server) count(action, result string) {
 		s.calls[action] = m
 	}
 	m[result]++
+	c := s.callers[caller]
+	if c == nil {
+		c = map[string]int{}
+		s.callers[caller] = c
+	}
+	c[action]++
+}
+
+// accessKeyID reads the key ID of a Signature Version 4 Authorization
+// header: "AWS4-HMAC-SHA256 Credential=AKID/20261203/us-east-1/elasticloadbalancing/aws4_request, ...".
+func accessKeyID(auth string) string {
+	_, cred, ok := strings.Cut(auth, "Credential=")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(cred, "/")
+	return id
 }
 
 // SetLatency sets the latency of an action; d <= 0 removes it.
@@ -259,7 +294,7 @@ var handlers = map[string]handler{
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := newRequestID()
 	if err := r.ParseForm(); err != nil {
-		s.count("", "ValidationError")
+		s.count(r, "", "ValidationError")
 		writeError(w, reqID, errorf("ValidationError", "cannot parse the request: %v", err))
 		return
 	}
@@ -291,21 +326,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, ok := handlers[action]
 	switch {
 	case action == "":
-		s.count(action, "MissingAction")
+		s.count(r, action, "MissingAction")
 		writeError(w, reqID, errorf("MissingAction", "the request has no Action"))
 		return
 	case !ok:
-		s.count(action, "InvalidAction")
+		s.count(r, action, "InvalidAction")
 		writeError(w, reqID, errorf("InvalidAction", "Could not find operation %s for version %s", action, APIVersion))
 		return
 	case r.Form.Has("Version") && r.Form.Get("Version") != APIVersion:
 		// What AWS answers for a known action at an unknown version.
-		s.count(action, "InvalidAction")
+		s.count(r, action, "InvalidAction")
 		writeError(w, reqID, errorf("InvalidAction", "Could not find operation %s for version %s", action, r.Form.Get("Version")))
 		return
 	}
 	if !s.lim.allow(classOf(action), time.Now()) {
-		s.count(action, "Throttling")
+		s.count(r, action, "Throttling")
 		writeError(w, reqID, errorf("Throttling", "Rate exceeded"))
 		return
 	}
@@ -315,11 +350,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !errors.As(err, &ae) {
 			ae = &APIError{Code: "ServiceUnavailable", Message: err.Error(), status: http.StatusServiceUnavailable}
 		}
-		s.count(action, ae.Code)
+		s.count(r, action, ae.Code)
 		writeError(w, reqID, ae)
 		return
 	}
-	s.count(action, "OK")
+	s.count(r, action, "OK")
 	writeResult(w, action, reqID, result)
 }
 

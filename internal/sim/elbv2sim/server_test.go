@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 )
@@ -379,4 +380,32 @@ func settledGoroutines() int {
 		}
 	}
 	return n
+}
+
+// TestCallsByCaller tells clients apart by the access key of their
+// signature, as the lab does to count draingate's calls apart from the load
+// balancer controller's.
+func TestCallsByCaller(t *testing.T) {
+	s, _ := start(t, Config{})
+	keyed := func(id string) func(*elbv2.Options) {
+		return func(o *elbv2.Options) { o.Credentials = credentials.NewStaticCredentialsProvider(id, "secret", "") }
+	}
+	gate, ctrl := s.Client(keyed("gate")), s.Client(keyed("controller"))
+	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80, HealthCheckInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := gate.DescribeTargetHealth(bg, &elbv2.DescribeTargetHealthInput{TargetGroupArn: aws.String(arn)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ctrl.RegisterTargets(bg, &elbv2.RegisterTargetsInput{TargetGroupArn: aws.String(arn),
+		Targets: []types.TargetDescription{{Id: aws.String("127.0.0.1"), Port: aws.Int32(1)}}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]int{"gate": {"DescribeTargetHealth": 2}, "controller": {"RegisterTargets": 1}}
+	if got := s.CallsBy(); !reflect.DeepEqual(got, want) {
+		t.Errorf("CallsBy() = %v, want %v", got, want)
+	}
 }
