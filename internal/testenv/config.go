@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,10 +30,40 @@ const (
 	// KubernetesServiceIP is the ClusterIP of the default/kubernetes Service.
 	KubernetesServiceIP = "10.96.0.1"
 
+	// firstLBNodeIP and lbNodeIPCount make LBNodeIPs.
+	firstLBNodeIP = "10.245.0.11"
+	lbNodeIPCount = 8
+
 	apiserverPort  = 6443
 	etcdClientPort = 23790
 	etcdPeerPort   = 23800
 )
+
+// LBNodeIPs returns the source addresses of the lab's load balancer nodes:
+// 10.245.0.11 to 10.245.0.18, one per node.
+//
+// The lab plays a load balancer of several nodes on the host (see
+// internal/sim/dataplane's Balancer and Config.SourceIP), and each node
+// connects to the pods from its own address, so that the app, which counts
+// requests by source address, tells which node sent what. These addresses
+// are therefore neither the node's (HostIP, which the kubelet's probes and
+// everything else on the host use) nor a pod's (ClusterCIDR), nor in
+// ServiceCIDR. The run puts each on the bridge as a /32 (setupNetwork): the
+// host owns them, and a pod's reply to one goes out through its default
+// route, the bridge's HostIP, and is delivered on the host; no route
+// changes. They go after HostIP on the bridge, which matters: the CNI bridge
+// plugin (isGateway) refuses a bridge whose first IPv4 address is not the
+// gateway, and the kernel lists a device's addresses in the order they were
+// added. Deleting the bridge on teardown removes them.
+func LBNodeIPs() []string {
+	out := make([]string, lbNodeIPCount)
+	a := netip.MustParseAddr(firstLBNodeIP)
+	for i := range out {
+		out[i] = a.String()
+		a = a.Next()
+	}
+	return out
+}
 
 // listeners are the host ports a run binds: checked free before start.
 var listeners = []struct{ part, addr string }{

@@ -139,6 +139,15 @@ func TestDownAfterKilledRun(t *testing.T) {
 	if !linkExists(BridgeName) {
 		t.Fatal("no bridge while the cluster runs")
 	}
+	if first := firstBridgeIPv4(t); first != HostIP {
+		t.Fatalf("bridge %s's first IPv4 address is %s; want %s, the CNI bridge plugin's gateway", BridgeName, first, HostIP)
+	}
+	held := hostAddrs(t)
+	for _, ip := range LBNodeIPs() {
+		if !held[ip] {
+			t.Fatalf("load balancer node address %s missing while the cluster runs", ip)
+		}
+	}
 	if n := len(processesUsing(paths{dir}.containerdSocket())); n == 0 {
 		t.Fatal("no containerd shim while a pod runs")
 	}
@@ -182,6 +191,45 @@ func TestDownAfterKilledRun(t *testing.T) {
 	if out, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(out), "veth") {
 		t.Errorf("veth devices remain:\n%s", out)
 	}
+	held = hostAddrs(t)
+	for _, ip := range append([]string{HostIP}, LBNodeIPs()...) {
+		if held[ip] {
+			t.Errorf("address %s is still on the host", ip)
+		}
+	}
+}
+
+// hostAddrs returns the IP addresses of every network device of the host.
+func hostAddrs(t *testing.T) map[string]bool {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			out[n.IP.String()] = true
+		}
+	}
+	return out
+}
+
+// firstBridgeIPv4 returns the bridge's first IPv4 address, in the kernel's
+// order, which is what the CNI bridge plugin checks.
+func firstBridgeIPv4(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-4", "-o", "addr", "show", "dev", BridgeName).Output()
+	if err != nil {
+		t.Fatalf("ip addr show dev %s: %v", BridgeName, err)
+	}
+	// "5: draingate0    inet 10.244.0.1/24 brd ... scope global draingate0"
+	f := strings.Fields(string(out))
+	if len(f) < 4 || f[2] != "inet" {
+		t.Fatalf("ip addr show dev %s: unexpected output %q", BridgeName, out)
+	}
+	ip, _, _ := strings.Cut(f[3], "/")
+	return ip
 }
 
 // processesMentioning lists PIDs with an argument under dir.

@@ -136,6 +136,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if c, ok := attach(ctx, opts); ok {
+		// A cluster started by an older version may lack them.
+		if err := ensureLBNodeIPs(); err != nil {
+			return nil, fmt.Errorf("test cluster: attached to the cluster running in %s, but could not add the load balancer node addresses to %s: %w", c.RunDir, BridgeName, err)
+		}
 		c.logf("attached to the cluster running in %s", c.RunDir)
 		return c, nil
 	}
@@ -289,7 +293,8 @@ func checkPorts() error {
 }
 
 // checkRoutes refuses to start when the host already routes the cluster's
-// ranges somewhere else: pods and Services would shadow real networks.
+// ranges, or the load balancer nodes' addresses, somewhere else: pods,
+// Services and those addresses would shadow real networks.
 func checkRoutes() error {
 	out, err := exec.Command("ip", "-4", "route", "show").Output()
 	if err != nil {
@@ -297,6 +302,10 @@ func checkRoutes() error {
 	}
 	_, pods, _ := net.ParseCIDR(ClusterCIDR)
 	_, svcs, _ := net.ParseCIDR(ServiceCIDR)
+	ranges := []*net.IPNet{pods, svcs}
+	for _, ip := range LBNodeIPs() {
+		ranges = append(ranges, &net.IPNet{IP: net.ParseIP(ip), Mask: net.CIDRMask(32, 32)})
+	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || f[0] == "default" || strings.Contains(line, "dev "+BridgeName) {
@@ -309,7 +318,7 @@ func checkRoutes() error {
 			}
 			n = &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}
 		}
-		for _, r := range []*net.IPNet{pods, svcs} {
+		for _, r := range ranges {
 			if r.Contains(n.IP) || n.Contains(r.IP) {
 				return fmt.Errorf("test cluster: the host already routes %s, which overlaps the cluster's %s", f[0], r)
 			}
@@ -394,22 +403,31 @@ func (c *Cluster) loadClient() error {
 }
 
 // setupNetwork creates the bridge with the host's address on it before
-// anything listens there, routes the Service range to it (so a Service IP
-// never leaves the host, even before kube-proxy programs it), and drops any
-// forwarded pod traffic bound for other networks.
+// anything listens there, then the load balancer nodes' addresses
+// (LBNodeIPs), routes the Service range to it (so a Service IP never leaves
+// the host, even before kube-proxy programs it), and drops any forwarded pod
+// traffic bound for other networks. The bridge is recorded before it exists,
+// so Down deletes it, and the addresses with it, whatever happens next.
 func (c *Cluster) setupNetwork(context.Context) error {
 	if err := c.st.update(func(s *state) { s.Links = append(s.Links, BridgeName) }); err != nil {
 		return err
 	}
 	cmds := [][]string{
 		{"ip", "link", "add", BridgeName, "type", "bridge"},
+		// First: the CNI bridge plugin wants its gateway to be the
+		// bridge's first IPv4 address.
 		{"ip", "addr", "add", HostIP + "/24", "dev", BridgeName},
+	}
+	for _, ip := range LBNodeIPs() {
+		cmds = append(cmds, []string{"ip", "addr", "add", ip + "/32", "dev", BridgeName})
+	}
+	cmds = append(cmds, [][]string{
 		{"ip", "link", "set", BridgeName, "up"},
 		{"ip", "route", "add", ServiceCIDR, "dev", BridgeName, "src", HostIP},
 		{"iptables", "-w", "-N", "DRAINGATE-FORWARD"},
 		{"iptables", "-w", "-A", "DRAINGATE-FORWARD", "-i", BridgeName, "!", "-o", BridgeName, "-j", "DROP"},
 		{"iptables", "-w", "-I", "FORWARD", "1", "-j", "DRAINGATE-FORWARD"},
-	}
+	}...)
 	for _, cmd := range cmds {
 		if err := run(cmd[0], cmd[1:]...); err != nil {
 			return err
@@ -417,6 +435,36 @@ func (c *Cluster) setupNetwork(context.Context) error {
 	}
 	// Pod-to-Service-to-pod traffic on one bridge must pass iptables.
 	return writeSysctl("net/bridge/bridge-nf-call-iptables", "1")
+}
+
+// ensureLBNodeIPs adds to the bridge of a running cluster whichever of
+// LBNodeIPs it lacks. Each goes after HostIP, which stays the first address
+// (see LBNodeIPs).
+func ensureLBNodeIPs() error {
+	br, err := net.InterfaceByName(BridgeName)
+	if err != nil {
+		return err
+	}
+	addrs, err := br.Addrs()
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			have[n.String()] = true
+		}
+	}
+	for _, ip := range LBNodeIPs() {
+		if have[ip+"/32"] {
+			continue
+		}
+		// replace: no error if it appeared since.
+		if err := run("ip", "addr", "replace", ip+"/32", "dev", BridgeName); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {

@@ -1,21 +1,27 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // Config sets up a Server.
 type Config struct {
-	// Latency is added to every GET / before it answers (not to /healthz).
+	// Latency is added to every GET / before it answers (not to the probes).
 	Latency time.Duration
 	// Hostname is what GET / answers with; empty means os.Hostname, which
 	// in a pod is the pod's name.
@@ -23,7 +29,8 @@ type Config struct {
 	// ShutdownTimeout bounds how long SIGTERM waits for in-flight requests
 	// (default 30 s, the default termination grace period).
 	ShutdownTimeout time.Duration
-	// Log gets the "listening", "sigterm" and "exit" lines; nil means stdout.
+	// Log gets the "listening", "sigterm", "liveness-failed", "source" and
+	// "exit" lines; nil means stdout.
 	Log io.Writer
 }
 
@@ -33,7 +40,24 @@ type Server struct {
 	// wait sleeps for the configured latency; tests replace it to hold a
 	// request in flight for as long as they need.
 	wait func(ctx context.Context, d time.Duration) error
+	// sigtermHook, when set, runs in Serve between the sigterm line and the
+	// shutdown: tests send requests in that window with it.
+	sigtermHook func()
+
+	logMu sync.Mutex // one log line at a time
+
+	// stopping is set once Serve's ctx ended: SIGTERM.
+	stopping atomic.Bool
+	// livenessFailing is set by POST /fail-liveness; livenessLogged once
+	// a failing /livez wrote its line.
+	livenessFailing, livenessLogged atomic.Bool
+
+	sourcesMu sync.Mutex
+	sources   map[string]sourceCount // GET / requests by source IP
 }
+
+// sourceCount counts the GET / requests from one source address.
+type sourceCount struct{ total, afterSIGTERM int64 }
 
 // New returns a Server for cfg.
 func New(cfg Config) *Server {
@@ -46,7 +70,7 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = os.Stdout
 	}
-	return &Server{cfg: cfg, wait: sleep}
+	return &Server{cfg: cfg, wait: sleep, sources: map[string]sourceCount{}}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -61,13 +85,31 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Handler answers GET / with 200 "ok <hostname>" after the configured
-// latency, and GET /healthz with 200 at once.
+// latency, counting it against its source address (see Serve). It answers
+// GET /healthz, the readiness probe, with 200 at once. GET /livez, the
+// liveness probe, answers 200 until a POST /fail-liveness arrives and 500
+// from then on; the first failing /livez logs "liveness-failed <unix-ns>".
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		if !s.livenessFailing.Load() {
+			io.WriteString(w, "ok\n")
+			return
+		}
+		if s.livenessLogged.CompareAndSwap(false, true) {
+			s.logf("liveness-failed %d", time.Now().UnixNano())
+		}
+		http.Error(w, "liveness failing", http.StatusInternalServerError)
+	})
+	mux.HandleFunc("POST /fail-liveness", func(w http.ResponseWriter, r *http.Request) {
+		s.livenessFailing.Store(true)
+		io.WriteString(w, "liveness failing from now on\n")
+	})
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
+		s.count(r.RemoteAddr)
 		if s.cfg.Latency > 0 {
 			if err := s.wait(r.Context(), s.cfg.Latency); err != nil {
 				return // the client left; nobody reads an answer
@@ -78,10 +120,30 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// count records one GET / from remoteAddr (host:port).
+func (s *Server) count(remoteAddr string) {
+	src := remoteAddr
+	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		src = host
+	}
+	after := s.stopping.Load()
+	s.sourcesMu.Lock()
+	defer s.sourcesMu.Unlock()
+	c := s.sources[src]
+	c.total++
+	if after {
+		c.afterSIGTERM++
+	}
+	s.sources[src] = c
+}
+
 // Serve answers on ln until ctx ends, which stands for SIGTERM. Then it logs
 // "sigterm <unix-ns>", stops accepting, closes idle keep-alive connections,
-// lets in-flight requests finish (up to ShutdownTimeout), logs
-// "exit <unix-ns>" and returns nil, or an error if requests had to be cut off.
+// lets in-flight requests finish (up to ShutdownTimeout), logs one
+// "source <ip> <total> <after-sigterm>" line per address GET / requests came
+// from (sorted by address; after-sigterm counts those that reached the
+// handler after ctx ended), logs "exit <unix-ns>" and returns nil, or an
+// error if requests had to be cut off.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
@@ -93,7 +155,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
+	s.stopping.Store(true)
 	s.logf("sigterm %d", time.Now().UnixNano())
+	if s.sigtermHook != nil {
+		s.sigtermHook()
+	}
 
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
@@ -103,11 +169,41 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = fmt.Errorf("shutdown: requests still in flight after %v: %w", s.cfg.ShutdownTimeout, err)
 	}
 	<-served // http.ErrServerClosed, as expected
+	s.logSources()
 	s.logf("exit %d", time.Now().UnixNano())
 	return err
 }
 
+// logSources writes the "source" lines, sorted by address.
+func (s *Server) logSources() {
+	s.sourcesMu.Lock()
+	counts := maps.Clone(s.sources)
+	s.sourcesMu.Unlock()
+	for _, src := range slices.SortedFunc(maps.Keys(counts), compareAddrs) {
+		c := counts[src]
+		s.logf("source %s %d %d", src, c.total, c.afterSIGTERM)
+	}
+}
+
+// compareAddrs orders IP addresses numerically, anything else after them
+// as text.
+func compareAddrs(a, b string) int {
+	aa, errA := netip.ParseAddr(a)
+	ba, errB := netip.ParseAddr(b)
+	switch {
+	case errA == nil && errB == nil:
+		return aa.Compare(ba)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return cmp.Compare(a, b)
+}
+
 func (s *Server) logf(format string, args ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
 	fmt.Fprintf(s.cfg.Log, format+"\n", args...)
 }
 

@@ -40,13 +40,15 @@ func TestMainDrainsOnSIGTERM(t *testing.T) {
 		t.Fatalf("Main returned before listening: %v", err)
 	}
 
-	res, err := http.Get("http://" + addr + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("GET /healthz: %d", res.StatusCode)
+	for _, path := range []string{"/healthz", "/"} {
+		res, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, res.StatusCode)
+		}
 	}
 
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
@@ -54,12 +56,16 @@ func TestMainDrainsOnSIGTERM(t *testing.T) {
 	}
 	var rest []string
 	for line := range lines {
-		rest = append(rest, strings.Fields(line)[0])
+		f := strings.Fields(line)
+		if f[0] == "source" && (len(f) != 4 || f[1] != "127.0.0.1" || f[2] != "1" || f[3] != "0") {
+			t.Errorf("line %q; want \"source 127.0.0.1 1 0\" for the one GET /", line)
+		}
+		rest = append(rest, f[0])
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Main after SIGTERM: %v; want nil (exit 0)", err)
 	}
-	if strings.Join(rest, " ") != "sigterm exit" {
-		t.Errorf("lines after listening: %v; want [sigterm exit]", rest)
+	if strings.Join(rest, " ") != "sigterm source exit" {
+		t.Errorf("lines after listening: %v; want [sigterm source exit]", rest)
 	}
 }

@@ -11,6 +11,13 @@
 // [Proxy.StoppedAt], [Proxy.Timeline]) and what every request got
 // ([Proxy.Stats]), so a lab run can tell which failures the race caused.
 //
+// A real load balancer is several nodes, each learning a target change at its
+// own time and connecting to targets from its own address. A [Balancer] plays
+// that with one Proxy per node ([Config.Name], [Config.SourceIP]), each with
+// its own delays (for instance [LogNormal] draws, seeded apart): a target is
+// out of its rotation only once the slowest node took it out
+// ([Balancer.StoppedAt]).
+//
 // Like an ALB it keeps keep-alive connections to targets, and like an ALB it
 // never retries a request on another connection or target: a request that
 // fails at the target fails at the client (502, or 504 on a timeout). It never

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
@@ -17,8 +18,15 @@ import (
 // Config sets up a Proxy. The zero value is usable: it applies events at once
 // and uses ALB-like timeouts.
 type Config struct {
+	// Name names the node in reports, e.g. "lb-1"; see Proxy.Name.
+	Name string
 	// Propagation draws each event's delay; nil applies events at once.
 	Propagation Propagation
+	// SourceIP, when valid, is the local address the proxy connects to
+	// targets from, so a target sees it as the request's source and can
+	// tell this node from the others of a Balancer. It must be an address
+	// of this host. The zero value lets the operating system choose.
+	SourceIP netip.Addr
 	// ConnectTimeout bounds dialing a target (default 10 s, an ALB's); a
 	// timeout answers 504.
 	ConnectTimeout time.Duration
@@ -77,6 +85,7 @@ type Proxy struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+	picks   map[Target][]time.Time // when each request to a target was picked
 }
 
 // New returns a Proxy with no targets.
@@ -93,15 +102,19 @@ func New(cfg Config) *Proxy {
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = log.New(io.Discard, "", 0)
 	}
+	dialer := &net.Dialer{
+		Timeout:   cfg.ConnectTimeout,
+		KeepAlive: 30 * time.Second,
+	}
+	if cfg.SourceIP.IsValid() {
+		dialer.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(cfg.SourceIP, 0))
+	}
 	p := &Proxy{
 		cfg: cfg,
 		transport: &http.Transport{
 			// Proxy stays nil: an HTTP_PROXY in the environment must not
 			// take the lab's traffic off 127.0.0.1 and the pod network.
-			DialContext: (&net.Dialer{
-				Timeout:   cfg.ConnectTimeout,
-				KeepAlive: 30 * time.Second,
-			}).DialContext,
+			DialContext:           dialer.DialContext,
 			MaxIdleConnsPerHost:   1024, // a load test keeps many per target, as an ALB does
 			IdleConnTimeout:       cfg.IdleConnTimeout,
 			ResponseHeaderTimeout: cfg.ResponseTimeout,
@@ -110,6 +123,7 @@ func New(cfg Config) *Proxy {
 		targets: map[Target]*targetView{},
 		changed: make(chan struct{}),
 		stats:   Stats{ByStatus: map[int]int64{}, ByTarget: map[Target]TargetStats{}},
+		picks:   map[Target][]time.Time{},
 	}
 	p.forward = &httputil.ReverseProxy{
 		Rewrite:      rewrite,
@@ -119,6 +133,9 @@ func New(cfg Config) *Proxy {
 	}
 	return p
 }
+
+// Name returns the node's name, Config.Name.
+func (p *Proxy) Name() string { return p.cfg.Name }
 
 type targetKey struct{}
 
@@ -209,6 +226,7 @@ func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
 	if t == nil {
 		return
 	}
+	p.picks[*t] = append(p.picks[*t], pickedAt)
 	ts := s.ByTarget[*t]
 	ts.Requests++
 	if failed {
@@ -221,6 +239,20 @@ func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
 		ts.Last = pickedAt
 	}
 	s.ByTarget[*t] = ts
+}
+
+// SentSince counts the requests the proxy picked t for at or after since,
+// among those already over (a request is recorded when it ends).
+func (p *Proxy) SentSince(t Target, since time.Time) int {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	n := 0
+	for _, at := range p.picks[t] {
+		if !at.Before(since) {
+			n++
+		}
+	}
+	return n
 }
 
 // Stats returns a snapshot of the request counts.

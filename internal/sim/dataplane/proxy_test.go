@@ -335,3 +335,36 @@ func TestTargetBreakingMidBodyCountsAsAborted(t *testing.T) {
 		t.Errorf("stats = %+v; want one aborted, failed request", st)
 	}
 }
+
+// SentSince counts, per target, the requests picked from a moment on: the
+// lab's count of what a node sent a pod after its SIGTERM.
+func TestSentSince(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	p := New(Config{})
+	t.Cleanup(p.Close)
+	tg := targetOf(t, srv.URL)
+	healthy(t, p, tg)
+	serve := func() {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d", rec.Code)
+		}
+	}
+	serve()
+	serve()
+	mark := p.Stats().ByTarget[tg].Last.Add(time.Nanosecond)
+	for range 3 {
+		serve()
+	}
+	if got := p.SentSince(tg, mark); got != 3 {
+		t.Errorf("SentSince(mark) = %d, want the 3 requests after it", got)
+	}
+	if got := p.SentSince(tg, time.Time{}); got != 5 {
+		t.Errorf("SentSince(zero) = %d, want all 5", got)
+	}
+	if got := p.SentSince(Target{ID: "10.0.0.1", Port: 1}, time.Time{}); got != 0 {
+		t.Errorf("SentSince(unknown target) = %d, want 0", got)
+	}
+}

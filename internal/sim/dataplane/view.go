@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -60,6 +61,41 @@ func Uniform(lo, hi time.Duration, seed uint64) Propagation {
 		mu.Lock()
 		defer mu.Unlock()
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+	}
+}
+
+// z99 is the standard normal distribution's 99th percentile.
+const z99 = 2.3263478740
+
+// LogNormal is a heavy-tailed Propagation: most events propagate in about
+// median, a few take far longer, as load balancer nodes do when some of them
+// lag. The log of a draw is normally distributed with mean ln(median) and
+// standard deviation (ln(p99) - ln(median)) / 2.3263478740, so half the draws
+// are below median and 99 % below p99. Like Uniform it draws from its own
+// seeded generator, so a lab run can be repeated draw for draw, and it is
+// safe for concurrent use. A median of zero or less always answers 0, a p99
+// not above the median always answers median; a draw too large for a
+// time.Duration answers the largest one.
+func LogNormal(median, p99 time.Duration, seed uint64) Propagation {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed))
+	mean := math.Log(float64(median))
+	sigma := (math.Log(float64(p99)) - mean) / z99
+	return func(Event) time.Duration {
+		switch {
+		case median <= 0:
+			return 0
+		case p99 <= median:
+			return median
+		}
+		mu.Lock()
+		z := rng.NormFloat64()
+		mu.Unlock()
+		d := math.Exp(mean + sigma*z)
+		if d >= math.MaxInt64 {
+			return math.MaxInt64
+		}
+		return time.Duration(d)
 	}
 }
 
@@ -239,6 +275,24 @@ func (p *Proxy) StoppedAt(t Target) (at time.Time, ok bool) {
 		return tv.stopped, true
 	}
 	return time.Time{}, false
+}
+
+// InRotation reports whether t gets new requests from the proxy now.
+func (p *Proxy) InRotation(t Target) bool {
+	in, _, _ := p.routing(t)
+	return in
+}
+
+// routing reports, under one lock, whether t is in rotation now, whether the
+// view ever put it in, and when it last took it out.
+func (p *Proxy) routing(t Target) (in, ever bool, stopped time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tv, found := p.targets[t]
+	if !found {
+		return false, false, time.Time{}
+	}
+	return tv.inRotation, !tv.started.IsZero(), tv.stopped
 }
 
 // Timeline returns every change applied to the view so far, in order.

@@ -3,6 +3,9 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"math"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -292,4 +295,80 @@ func TestUniformIsSeededAndInRange(t *testing.T) {
 	if d := Uniform(hi, hi, 1)(Event{}); d != hi {
 		t.Errorf("Uniform(hi, hi) drew %v; want %v", d, hi)
 	}
+}
+
+func TestLogNormalHasTheAskedMedianAndP99(t *testing.T) {
+	const median, p99, n = 2 * time.Second, 8 * time.Second, 20000
+	draw := LogNormal(median, p99, 1)
+	d := make([]time.Duration, n)
+	for i := range d {
+		d[i] = draw(Event{})
+		if d[i] <= 0 {
+			t.Fatalf("draw %d = %v; want positive", i, d[i])
+		}
+	}
+	slices.Sort(d)
+	within := func(name string, got, want time.Duration, tolerance float64) {
+		t.Helper()
+		if r := float64(got) / float64(want); math.Abs(r-1) > tolerance {
+			t.Errorf("empirical %s of %d draws = %v; want %v within %.0f%%", name, n, got, want, 100*tolerance)
+		}
+	}
+	// The sampling error of these quantiles is about 0.5% and 1.6%.
+	within("median", d[n/2], median, 0.03)
+	within("p99", d[n*99/100], p99, 0.06)
+	if d[n-1] < 2*p99 {
+		t.Errorf("largest of %d draws = %v; want a heavy tail beyond 2×p99 = %v", n, d[n-1], 2*p99)
+	}
+}
+
+func TestLogNormalIsSeeded(t *testing.T) {
+	a, b, c := LogNormal(time.Second, 5*time.Second, 7), LogNormal(time.Second, 5*time.Second, 7), LogNormal(time.Second, 5*time.Second, 8)
+	same, differs := true, false
+	for range 1000 {
+		x, y, z := a(Event{}), b(Event{}), c(Event{})
+		same = same && x == y
+		differs = differs || x != z
+	}
+	if !same {
+		t.Error("two LogNormal with the same seed drew different delays")
+	}
+	if !differs {
+		t.Error("two LogNormal with different seeds drew the same 1000 delays")
+	}
+}
+
+func TestLogNormalDegenerateParameters(t *testing.T) {
+	for _, tc := range []struct {
+		median, p99, want time.Duration
+	}{
+		{0, time.Second, 0},
+		{-time.Second, time.Second, 0},
+		{time.Second, time.Second, time.Second},
+		{3 * time.Second, time.Second, 3 * time.Second},
+	} {
+		draw := LogNormal(tc.median, tc.p99, 1)
+		for range 100 {
+			if d := draw(Event{}); d != tc.want {
+				t.Fatalf("LogNormal(%v, %v) drew %v; want always %v", tc.median, tc.p99, d, tc.want)
+			}
+		}
+	}
+}
+
+func TestLogNormalConcurrentDraws(t *testing.T) {
+	// Run with -race: the draws share one generator.
+	draw := LogNormal(time.Second, 4*time.Second, 3)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 1000 {
+				if d := draw(Event{}); d <= 0 {
+					t.Errorf("draw %v; want positive", d)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
