@@ -2,23 +2,38 @@
 // drains properly on SIGTERM and logs when it did (see internal/lab/app).
 //
 //	draingate-demoapp [-addr :8080] [-latency 0] [-shutdown-timeout 30s]
+//
+// The same binary, hence the same image, is the lab's mesh-like sidecar when
+// its first argument is "proxy" (see internal/lab/sidecar):
+//
+//	draingate-demoapp proxy [-listen :8080] [-to 127.0.0.1:18080] [-drain 5s]
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"draingate.dev/draingate/internal/lab/app"
+	"draingate.dev/draingate/internal/lab/sidecar"
 )
 
 func main() {
-	err := app.Main(os.Args[1:], os.Stdout)
+	err := run(os.Args[1:], os.Stdout)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 	default:
 		fmt.Fprintln(os.Stderr, "draingate-demoapp:", err)
 		os.Exit(1)
 	}
+}
+
+// run picks the app or, with the first argument "proxy", the sidecar.
+func run(args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "proxy" {
+		return sidecar.Main(args[1:], stdout)
+	}
+	return app.Main(args, stdout)
 }
