@@ -1,6 +1,8 @@
 // Package report turns the lab's measurements into its outputs: an aligned
-// text table for a terminal, a JSON document for machines and a PNG of each
-// strategy's run over time.
+// text table for a terminal (with a line for each pod worth a look), a JSON
+// document for machines, a PNG of each strategy's run over time with one
+// row per stopped pod, and a scoreboard (Markdown and JSON) over a matrix of
+// scenarios.
 //
 // The lab (draingate-lab) is the project's benchmark, so the outputs show
 // exactly what was measured: figures are not rescaled by the run's time

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
-	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -40,38 +38,65 @@ const (
 )
 
 // WritePNG draws one block per strategy, stacked vertically: a panel of
-// requests sent (grey) and failed (red, filled) per second, and below it a
-// small panel of pods in the data plane's rotation. Dashed violet lines mark
-// each SIGTERM in both; a zero SIGTERM or step time, or a zero Start, cannot
-// be placed and is left out of the picture (the table and JSON do not depend
-// on the timeline). Every panel has the same x axis, seconds since its
-// strategy's Start, so strategies line up. The file is written to a
-// temporary name beside path and renamed, so a reader never sees half a
-// PNG.
+// requests sent (grey) and failed (red, filled) per second, below it a
+// small panel of pods in the data plane's rotation, and, when the strategy
+// has Pods, a panel with one row per stopped pod (see podRows; its legend
+// runs across the top of the image). Dashed violet lines mark each SIGTERM
+// in every panel; a zero time, or a zero Start, cannot be placed and is
+// left out of the picture (the table and JSON do not depend on the
+// timeline). Every panel has the same x axis, seconds since its strategy's
+// Start, so strategies line up. The file is written to a temporary name
+// beside path and renamed, so a reader never sees half a PNG.
 func (r Report) WritePNG(path string) error {
 	if len(r.Strategies) == 0 {
 		return errors.New("report: no strategy to plot")
 	}
 	xmin, xmax := xRange(r.Strategies)
+	nodes := nodeNames(r.Strategies)
 
 	var plots []*plot.Plot
 	var dataHeights []vg.Length
+	var gapAfter []bool
+	withPods := false
 	for i, s := range r.Strategies {
-		main, rot := strategyPlots(s, xmin, xmax, i == 0, i == len(r.Strategies)-1)
+		last := i == len(r.Strategies)-1
+		main, rot := strategyPlots(s, xmin, xmax, i == 0, last && len(s.Pods) == 0)
 		plots = append(plots, main, rot)
 		dataHeights = append(dataHeights, panelHeight, rotHeight)
+		gapAfter = append(gapAfter, false, len(s.Pods) == 0)
+		if len(s.Pods) > 0 {
+			withPods = true
+			// The pods panel below carries the tick labels.
+			rot.X.Tick.Marker = unlabelled{rot.X.Tick.Marker}
+			pods, h := podsPlot(s, nodes, xmin, xmax, last)
+			plots = append(plots, pods)
+			dataHeights = append(dataHeights, h)
+			gapAfter = append(gapAfter, true)
+		}
 	}
 	heights := outerHeights(plots, dataHeights)
-	total := 2*pngMargin + vg.Length(len(r.Strategies)-1)*blockGap
-	for _, h := range heights {
+	total := 2 * pngMargin
+	for i, h := range heights {
 		total += h
+		if gapAfter[i] && i < len(heights)-1 {
+			total += blockGap
+		}
+	}
+	var legend podLegend
+	if withPods {
+		legend = newPodLegend(nodes, pngWidth-2*pngMargin)
+		total += legend.height()
 	}
 
 	img := vgimg.NewWith(vgimg.UseWH(pngWidth, total), vgimg.UseDPI(96))
 	dc := draw.New(img)
-	canvases := stack(plots, heights, dc)
+	top := dc.Max.Y - pngMargin - legend.height()
+	canvases := stack(plots, heights, gapAfter, dc, top)
 	for i, p := range plots {
 		p.Draw(canvases[i])
+	}
+	if withPods {
+		legend.draw(dc, dc.Min.X+pngMargin, dc.Max.Y-pngMargin)
 	}
 	return writeAtomic(path, func(f *os.File) error {
 		_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(f)
@@ -94,20 +119,19 @@ func outerHeights(plots []*plot.Plot, data []vg.Length) []vg.Length {
 	return out
 }
 
-// stack lays plots out top to bottom with the given heights (a gap after
-// every second plot, i.e. between strategies), then aligns their data areas
-// horizontally so the shared x axis really is shared. plot.Align would do
-// the alignment but only for equal heights.
-func stack(plots []*plot.Plot, heights []vg.Length, dc draw.Canvas) []draw.Canvas {
+// stack lays plots out top to bottom, starting at top, with the given heights (a
+// gap after each plot that ends a strategy's block), then aligns their data
+// areas horizontally so the shared x axis really is shared. plot.Align
+// would do the alignment but only for equal heights.
+func stack(plots []*plot.Plot, heights []vg.Length, gapAfter []bool, dc draw.Canvas, top vg.Length) []draw.Canvas {
 	out := make([]draw.Canvas, len(plots))
-	top := dc.Max.Y - pngMargin
 	for i := range plots {
 		out[i] = draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
 			Min: vg.Point{X: dc.Min.X + pngMargin, Y: top - heights[i]},
 			Max: vg.Point{X: dc.Max.X - pngMargin, Y: top},
 		}}
 		top -= heights[i]
-		if i%2 == 1 {
+		if gapAfter[i] {
 			top -= blockGap
 		}
 	}
@@ -127,7 +151,7 @@ func stack(plots []*plot.Plot, heights []vg.Length, dc draw.Canvas) []draw.Canva
 
 // xRange is the x extent shared by all panels, in seconds since each
 // strategy's Start: from 0 (or the earliest data, if any came before Start)
-// to the latest End, bucket, step or SIGTERM of any strategy.
+// to the latest End, bucket, step, SIGTERM or pod mark of any strategy.
 func xRange(ss []Strategy) (lo, hi float64) {
 	lo, hi = 0, 1
 	for _, s := range ss {
@@ -144,7 +168,7 @@ func xRange(ss []Strategy) (lo, hi float64) {
 				lo, hi = min(lo, offset(tl, st.At)), max(hi, offset(tl, st.At))
 			}
 		}
-		for _, t := range tl.SIGTERMs {
+		for _, t := range slices.Concat(tl.SIGTERMs, podTimes(s.Pods)) {
 			if placeable(tl, t) {
 				lo, hi = min(lo, offset(tl, t)), max(hi, offset(tl, t))
 			}
@@ -287,53 +311,4 @@ func (m marks) Plot(c draw.Canvas, p *plot.Plot) {
 func (m marks) Thumbnail(c *draw.Canvas) {
 	x := (c.Min.X + c.Max.X) / 2
 	c.StrokeLine2(m.style, x, c.Min.Y, x, c.Max.Y)
-}
-
-// unlabelled keeps another ticker's marks without their labels, for the
-// upper panel whose x labels would repeat the rotation panel's.
-type unlabelled struct{ plot.Ticker }
-
-func (u unlabelled) Ticks(lo, hi float64) []plot.Tick {
-	ts := u.Ticker.Ticks(lo, hi)
-	for i := range ts {
-		ts[i].Label = ""
-	}
-	return ts
-}
-
-// integerTicks labels whole pods only; the default ticker would print 0.5.
-type integerTicks struct{}
-
-func (integerTicks) Ticks(lo, hi float64) []plot.Tick {
-	step := max(1, int(math.Ceil((hi-lo)/4)))
-	var ts []plot.Tick
-	for v := int(math.Ceil(lo)); float64(v) <= hi; v += step {
-		ts = append(ts, plot.Tick{Value: float64(v), Label: fmt.Sprint(v)})
-	}
-	return ts
-}
-
-// writeAtomic writes through a temporary file in path's directory and
-// renames it over path, removing the temporary file on any failure.
-func writeAtomic(path string, write func(*os.File) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

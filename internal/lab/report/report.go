@@ -1,14 +1,9 @@
 package report
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
 	"maps"
 	"math"
 	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -22,13 +17,59 @@ type Strategy struct {
 	// sending it new requests. Negative means SIGTERM came while the pod was
 	// still in rotation, which is when requests fail.
 	Slacks []time.Duration
-	// ELBv2Calls counts calls per action, whatever their result.
+	// Restarts are per restarted container (the restart workload): first
+	// failed liveness probe → the lab saw the container restarted.
+	Restarts []time.Duration
+	// ELBv2Calls counts calls per action, whatever their result, from every
+	// caller (the load balancer controller's and draingate's).
 	ELBv2Calls map[string]int
-	// Releases counts deleted pods by how their preStop agent let them go
+	// GateELBv2Calls counts draingate's own calls per action (told apart by
+	// their access key); empty for strategies without draingate.
+	GateELBv2Calls map[string]int
+	// Releases counts stopped pods by how their preStop agent let them go
 	// ("drained", "deadline", "max-wait", "fallback", ...); empty without an
 	// agent.
 	Releases map[string]int
+	// Pods are the pods that stopped (deleted, or restarted), one each.
+	Pods     []Pod
 	Timeline Timeline
+}
+
+// Pod is one stopped pod as the lab saw it. A zero time was not seen.
+type Pod struct {
+	Name, IP string
+	// Deleted is when the lab saw the pod's deletion; zero for a pod that
+	// was not deleted (a restarted container).
+	Deleted time.Time
+	// FailedProbe is the app's first failed liveness probe, Restarted when
+	// the lab saw its container restarted (restart workload).
+	FailedProbe, Restarted time.Time
+	// SIGTERM and Exit are the app's own log lines.
+	SIGTERM, Exit time.Time
+	// Release is how the preStop agent let the pod go (as in
+	// Strategy.Releases), ReleasedAt when the lab read that line; empty and
+	// zero without an agent.
+	Release    string
+	ReleasedAt time.Time
+	// Draining is when the control plane first put the pod's target to
+	// draining (the controller's DeregisterTargets).
+	Draining time.Time
+	// Nodes are per load balancer node, by node name ("lb-1", ...).
+	Nodes map[string]PodNode
+	// Sources counts the requests the app received per source address, as
+	// it logged them at exit (behind a sidecar, the sidecar's 127.0.0.1).
+	Sources map[string]int
+}
+
+// PodNode is what one load balancer node did with one pod.
+type PodNode struct {
+	// LastRequest is when the node last picked the pod for a new request;
+	// RouteOut when the node's view last took the pod out of rotation.
+	LastRequest, RouteOut time.Time
+	// AfterSIGTERM counts the requests this node sent the pod at or after
+	// its SIGTERM, as the node recorded them: they fail unless the app
+	// still accepts.
+	AfterSIGTERM int
 }
 
 // Report is one lab run: a scenario played once per strategy.
@@ -65,6 +106,51 @@ func (s Strategy) SlackP50() (time.Duration, bool) { return pct(s.Slacks, 50) }
 // SlackMin is the worst (smallest) slack; false when no pod was measured.
 func (s Strategy) SlackMin() (time.Duration, bool) { return pct(s.Slacks, 0) }
 
+// RestartP50 is the median restart time; false when no container was
+// restarted.
+func (s Strategy) RestartP50() (time.Duration, bool) { return pct(s.Restarts, 50) }
+
+// AfterSIGTERM is the total of PodNode.AfterSIGTERM over every pod and
+// node: requests that reached a pod at or after its SIGTERM. false when the
+// strategy has no Pods (nothing was measured, which is not 0).
+func (s Strategy) AfterSIGTERM() (int, bool) {
+	if len(s.Pods) == 0 {
+		return 0, false
+	}
+	n := 0
+	for _, p := range s.Pods {
+		n += p.AfterSIGTERM()
+	}
+	return n, true
+}
+
+// AfterSIGTERM is the total of the pod's PodNode.AfterSIGTERM over its
+// nodes.
+func (p Pod) AfterSIGTERM() int {
+	n := 0
+	for _, pn := range p.Nodes {
+		n += pn.AfterSIGTERM
+	}
+	return n
+}
+
+// InRotationAtSIGTERM lists, sorted, the nodes that took the pod out of
+// rotation only after its SIGTERM (a negative slack on that node). Nodes
+// whose route-out was not seen are not listed: they are unknown, not late.
+// Empty when SIGTERM was not seen.
+func (p Pod) InRotationAtSIGTERM() []string {
+	var out []string
+	if p.SIGTERM.IsZero() {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Nodes)) {
+		if ro := p.Nodes[name].RouteOut; !ro.IsZero() && ro.After(p.SIGTERM) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 func pct(ds []time.Duration, p float64) (time.Duration, bool) {
 	if len(ds) == 0 {
 		return 0, false
@@ -99,143 +185,4 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 		rank = float64(n)
 	}
 	return sorted[int(rank)-1]
-}
-
-// WriteTable writes a header line, an aligned table with one row per
-// strategy, a short legend and the notes. Durations are in seconds with one
-// decimal, as measured (not rescaled by the time scale); "-" marks a figure
-// with no sample.
-func (r Report) WriteTable(w io.Writer) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s  replicas %d  rollouts %d  rps %d  time scale %g\n\n",
-		r.Scenario, r.Replicas, r.Rollouts, r.RPS, r.TimeScale)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\trequests\tfailed\tfailure %\tterm p50 s\tterm p99 s\tslack p50 s\tslack min s\treleased by\tELBv2 calls")
-	for _, s := range r.Strategies {
-		tp50, ok50 := s.TerminationP50()
-		tp99, ok99 := s.TerminationP99()
-		sp50, okS := s.SlackP50()
-		smin, okM := s.SlackMin()
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			s.Name, s.Requests, s.Failed, percent(s.Failed, s.Requests),
-			seconds(tp50, ok50), seconds(tp99, ok99), seconds(sp50, okS), seconds(smin, okM),
-			counts(s.Releases), counts(s.ELBv2Calls))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	b.WriteString("\ntermination: pod deletion seen -> container exit. " +
-		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation). " +
-		"released by: how each pod's preStop agent let it go (the gate's reason; max-wait: the agent's own deadline; fallback: no gate server answered).\n")
-	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "note: %s\n", n)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// percent formats failed/requests in percent with two decimals, but never
-// prints a nonzero rate as 0.00: a handful of failures is the finding.
-func percent(failed, requests int) string {
-	if requests == 0 {
-		return "-"
-	}
-	v := 100 * float64(failed) / float64(requests)
-	if failed > 0 && v < 0.005 {
-		return "<0.01"
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
-func seconds(d time.Duration, ok bool) string {
-	if !ok {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", d.Seconds())
-}
-
-// counts lists key=count sorted by key, full names (ELBv2 actions share
-// prefixes such as "Describe").
-func counts(m map[string]int) string {
-	if len(m) == 0 {
-		return "-"
-	}
-	var parts []string
-	for _, a := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", a, m[a]))
-	}
-	return strings.Join(parts, " ")
-}
-
-type jsonReport struct {
-	Scenario   string         `json:"scenario"`
-	TimeScale  float64        `json:"time_scale"`
-	Replicas   int            `json:"replicas"`
-	Rollouts   int            `json:"rollouts"`
-	RPS        int            `json:"rps"`
-	Strategies []jsonStrategy `json:"strategies"`
-	Notes      []string       `json:"notes"`
-}
-
-// jsonStrategy's pointers are nil, hence null, when there is no sample, so
-// that a missing figure is never read as 0 s.
-type jsonStrategy struct {
-	Name           string         `json:"name"`
-	Requests       int            `json:"requests"`
-	Failed         int            `json:"failed"`
-	FailureRate    float64        `json:"failure_rate"`
-	TerminationP50 *float64       `json:"termination_p50_s"`
-	TerminationP99 *float64       `json:"termination_p99_s"`
-	SlackP50       *float64       `json:"slack_p50_s"`
-	SlackMin       *float64       `json:"slack_min_s"`
-	ELBv2Calls     map[string]int `json:"elbv2_calls"`
-	Releases       map[string]int `json:"releases"`
-}
-
-// WriteJSON writes the report as one indented JSON object:
-//
-//	{"scenario", "time_scale", "replicas", "rollouts", "rps",
-//	 "strategies": [{"name", "requests", "failed", "failure_rate",
-//	   "termination_p50_s", "termination_p99_s", "slack_p50_s",
-//	   "slack_min_s", "elbv2_calls": {action: calls},
-//	   "releases": {reason: pods}}],
-//	 "notes": [...]}
-//
-// failure_rate is a fraction (0..1, 0 with no requests). Durations are
-// seconds as floats, as measured (not rescaled by time_scale), and null when
-// there is no sample. elbv2_calls, releases and notes are never null,
-// possibly empty.
-func (r Report) WriteJSON(w io.Writer) error {
-	out := jsonReport{
-		Scenario: r.Scenario, TimeScale: r.TimeScale,
-		Replicas: r.Replicas, Rollouts: r.Rollouts, RPS: r.RPS,
-		Strategies: []jsonStrategy{},
-		Notes:      append([]string{}, r.Notes...),
-	}
-	for _, s := range r.Strategies {
-		js := jsonStrategy{
-			Name: s.Name, Requests: s.Requests, Failed: s.Failed,
-			FailureRate: s.FailureRate(),
-			ELBv2Calls:  map[string]int{},
-			Releases:    map[string]int{},
-		}
-		maps.Copy(js.ELBv2Calls, s.ELBv2Calls)
-		maps.Copy(js.Releases, s.Releases)
-		js.TerminationP50 = secondsPtr(s.TerminationP50())
-		js.TerminationP99 = secondsPtr(s.TerminationP99())
-		js.SlackP50 = secondsPtr(s.SlackP50())
-		js.SlackMin = secondsPtr(s.SlackMin())
-		out.Strategies = append(out.Strategies, js)
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
-
-func secondsPtr(d time.Duration, ok bool) *float64 {
-	if !ok {
-		return nil
-	}
-	v := d.Seconds()
-	return &v
 }

@@ -3,10 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
-	"image/png"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -179,13 +176,14 @@ func TestWriteTable(t *testing.T) {
 	rows := map[string][]string{}
 	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
-		if len(f) > 0 && (f[0] == "none" || f[0] == "sleep:30s") {
-			rows[f[0]] = f
+		if len(f) > 0 && (f[0] == "none" || f[0] == "sleep:30s") && rows[f[0]] == nil {
+			rows[f[0]] = f // the table's row, not the ELBv2 line below
 		}
 	}
-	// strategy requests failed failure% term-p50 term-p99 slack-p50 slack-min calls...
-	wantNone := []string{"none", "6000", "42", "0.70", "1.0", "1.3", "-3.1", "-12.3", "-"}
-	wantSleep := []string{"sleep:30s", "6000", "0", "0.00", "31.2", "31.4", "-", "-", "drained=2", "max-wait=1"}
+	// strategy requests failed failure% term-p50 term-p99 ...
+	// ... restart-p50 slack-p50 slack-min after-SIGTERM released-by draingate-ELBv2
+	wantNone := []string{"none", "6000", "42", "0.70", "1.0", "1.3", "-", "-3.1", "-12.3", "-", "-", "-"}
+	wantSleep := []string{"sleep:30s", "6000", "0", "0.00", "31.2", "31.4", "-", "-", "-", "-", "drained=2", "max-wait=1", "-"}
 	if got := rows["none"]; len(got) < len(wantNone) || !slices.Equal(got[:len(wantNone)], wantNone) {
 		t.Errorf("none row = %q, want prefix %q", got, wantNone)
 	}
@@ -225,8 +223,9 @@ func TestWriteJSON(t *testing.T) {
 	if len(strategies) != 2 {
 		t.Fatalf("strategies = %v", doc["strategies"])
 	}
-	keys := []string{"elbv2_calls", "failed", "failure_rate", "name", "releases", "requests",
-		"slack_min_s", "slack_p50_s", "termination_p50_s", "termination_p99_s"}
+	keys := []string{"after_sigterm", "elbv2_calls", "failed", "failure_rate", "gate_elbv2_calls", "name",
+		"pods", "releases", "requests", "restart_p50_s", "slack_min_s", "slack_p50_s",
+		"termination_p50_s", "termination_p99_s"}
 	for _, e := range strategies {
 		s := e.(map[string]any)
 		if got := slices.Sorted(maps.Keys(s)); !slices.Equal(got, keys) {
@@ -271,13 +270,17 @@ func TestWriteJSONEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := doc.Strategies[0]
-	for _, k := range []string{"termination_p50_s", "termination_p99_s", "slack_p50_s", "slack_min_s"} {
+	for _, k := range []string{"termination_p50_s", "termination_p99_s", "restart_p50_s", "slack_p50_s", "slack_min_s", "after_sigterm"} {
 		if string(s[k]) != "null" {
 			t.Errorf("%s = %s, want null", k, s[k])
 		}
 	}
-	if string(s["elbv2_calls"]) != "{}" || string(s["failure_rate"]) != "0" {
-		t.Errorf("elbv2_calls = %s, failure_rate = %s; want {} and 0", s["elbv2_calls"], s["failure_rate"])
+	if string(s["elbv2_calls"]) != "{}" || string(s["gate_elbv2_calls"]) != "{}" || string(s["failure_rate"]) != "0" {
+		t.Errorf("elbv2_calls = %s, gate_elbv2_calls = %s, failure_rate = %s; want {}, {} and 0",
+			s["elbv2_calls"], s["gate_elbv2_calls"], s["failure_rate"])
+	}
+	if string(s["pods"]) != "[]" {
+		t.Errorf("pods = %s, want []", s["pods"])
 	}
 	if doc.Notes == nil || !strings.Contains(b.String(), `"notes": []`) {
 		t.Errorf("notes should be [] not null:\n%s", b.String())
@@ -342,68 +345,5 @@ func TestTimelineConcurrentAdds(t *testing.T) {
 	b := tl.Buckets()
 	if len(b) != 1 || b[0].Sent != 8000 || b[0].Failed != 1000 {
 		t.Errorf("Buckets() = %+v, want one second with 8000 sent, 1000 failed", b)
-	}
-}
-
-func TestWritePNG(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "report.png")
-	if err := sample().WritePNG(path); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("not a PNG: %v", err)
-	}
-	bounds := img.Bounds()
-	if st.Size() < 10_000 || bounds.Dx() < 600 || bounds.Dy() < 600 {
-		t.Errorf("PNG too small: %d bytes, %v", st.Size(), bounds)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("temporary files left behind: %v", entries)
-	}
-	if out := os.Getenv("REPORT_PNG_OUT"); out != "" { // to look at it
-		data, _ := os.ReadFile(path)
-		os.WriteFile(out, data, 0o644)
-	}
-}
-
-func TestWritePNGEdgeCases(t *testing.T) {
-	dir := t.TempDir()
-	if err := (Report{}).WritePNG(filepath.Join(dir, "empty.png")); err == nil {
-		t.Error("WritePNG with no strategy succeeded")
-	}
-	// A strategy that measured nothing still renders, rather than failing
-	// the whole report.
-	r := Report{Strategies: []Strategy{{Name: "draingate"}}}
-	if err := r.WritePNG(filepath.Join(dir, "blank.png")); err != nil {
-		t.Errorf("WritePNG of an empty strategy: %v", err)
-	}
-	// Unfilled (zero) times cannot be placed; they must not stretch the
-	// shared x axis over two thousand years.
-	t0 := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
-	odd := Strategy{Name: "odd", Timeline: Timeline{
-		Start: t0, End: t0.Add(20 * time.Second),
-		SIGTERMs: []time.Time{{}, t0.Add(5 * time.Second)},
-		Rotation: []Step{{At: t0.Add(8 * time.Second), N: 2}, {N: 9}, {At: t0, N: 3}},
-	}}
-	if lo, hi := xRange([]Strategy{odd}); lo != 0 || hi != 20 {
-		t.Errorf("xRange = %v, %v; want 0, 20", lo, hi)
-	}
-	if got := rotationXYs(odd.Timeline, 20); len(got) != 3 || got[0].X != 0 || got[1].X != 8 || got[2].X != 20 || got[2].Y != 2 {
-		t.Errorf("rotationXYs = %v, want steps sorted, zero time dropped, held to End", got)
-	}
-	if err := (Report{Strategies: []Strategy{odd}}).WritePNG(filepath.Join(dir, "odd.png")); err != nil {
-		t.Errorf("WritePNG with zero times: %v", err)
-	}
-	if err := r.WritePNG(filepath.Join(dir, "missing-dir", "x.png")); err == nil {
-		t.Error("WritePNG into a missing directory succeeded")
 	}
 }

@@ -1,0 +1,111 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Scoreboard gathers the runs of a matrix of scenarios, one Report each, for
+// a single summary.
+type Scoreboard struct {
+	// TimeScale is the scale every run was played at.
+	TimeScale float64
+	Runs      []Report
+	// Notes are the matrix's own, e.g. a scenario that did not complete;
+	// each run's notes are kept with it.
+	Notes []string
+}
+
+// WriteMarkdown writes a heading, one Markdown table with one row per
+// scenario and strategy, a short legend, and the notes: the board's own,
+// then each run's prefixed by its scenario. Figures are as in
+// Report.WriteTable: seconds as measured, "-" without a sample, and a
+// failure rate that is never rounded to zero.
+func (b Scoreboard) WriteMarkdown(w io.Writer) error {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# draingate lab scoreboard\n\ntime scale %g (durations as measured, not rescaled)\n\n", b.TimeScale)
+	sb.WriteString("| scenario | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack min s | after SIGTERM | released by | draingate ELBv2 calls |\n")
+	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|---|---|\n")
+	for _, r := range b.Runs {
+		for _, s := range r.Strategies {
+			tp50, ok50 := s.TerminationP50()
+			tp99, ok99 := s.TerminationP99()
+			rp50, okR := s.RestartP50()
+			smin, okM := s.SlackMin()
+			cells := []string{
+				r.Scenario, s.Name, fmt.Sprint(s.Requests), failedCell(s),
+				seconds(tp50, ok50) + " / " + seconds(tp99, ok99),
+				seconds(rp50, okR), seconds(smin, okM), count(s.AfterSIGTERM()),
+				counts(s.Releases), counts(s.GateELBv2Calls),
+			}
+			for i, c := range cells {
+				cells[i] = mdCell(c)
+			}
+			sb.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+		}
+	}
+	sb.WriteString("\nterm: pod deletion seen -> container exit. restart: first failed liveness probe -> container restart seen. " +
+		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation). " +
+		"after SIGTERM: requests load balancer nodes sent pods at or after their SIGTERM. " +
+		"released by: how each pod's preStop agent let it go. " +
+		"draingate ELBv2 calls: draingate's own, per action (every caller's are in the JSON).\n")
+	var notes []string
+	notes = append(notes, b.Notes...)
+	for _, r := range b.Runs {
+		for _, n := range r.Notes {
+			notes = append(notes, r.Scenario+": "+n)
+		}
+	}
+	if len(notes) > 0 {
+		sb.WriteString("\n")
+		for _, n := range notes {
+			sb.WriteString("- " + mdCell(n) + "\n")
+		}
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+// failedCell is the failed count with its rate, e.g. "314 (6.56%)"; just
+// the count when there were no requests to take a rate of.
+func failedCell(s Strategy) string {
+	if s.Requests == 0 {
+		return fmt.Sprint(s.Failed)
+	}
+	return fmt.Sprintf("%d (%s%%)", s.Failed, percent(s.Failed, s.Requests))
+}
+
+// mdCell keeps a text on one table cell: a "|" would end the cell and a
+// newline the row.
+func mdCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.Join(strings.Fields(s), " ")
+}
+
+type jsonScoreboard struct {
+	TimeScale float64      `json:"time_scale"`
+	Runs      []jsonReport `json:"runs"`
+	Notes     []string     `json:"notes"`
+}
+
+// WriteJSON writes the scoreboard as one indented JSON object:
+//
+//	{"time_scale", "runs": [report, ...], "notes": [...]}
+//
+// where each report is the object Report.WriteJSON writes. runs and notes
+// are never null, possibly empty.
+func (b Scoreboard) WriteJSON(w io.Writer) error {
+	out := jsonScoreboard{
+		TimeScale: b.TimeScale,
+		Runs:      []jsonReport{},
+		Notes:     append([]string{}, b.Notes...),
+	}
+	for _, r := range b.Runs {
+		out.Runs = append(out.Runs, r.jsonReport())
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
