@@ -2,9 +2,14 @@
 // balancer on the project's real one-node cluster and measures it per
 // strategy (see internal/lab). `make demo` runs it with the defaults.
 //
-//	draingate-lab run [--scenario alb|nlb|slow-aws] [--strategies none,sleep:5s,sleep:30s,draingate]
+//	draingate-lab run [--scenario NAME] [--strategies none,sleep:5s,sleep:30s,draingate]
 //	                  [--rollouts N] [--rps N] [--replicas N] [--json FILE] [--png FILE]
-//	                  [--time-scale F] [scenario knobs...]
+//	                  [--time-scale F] [--draingate-set k=v] [scenario knobs...]
+//	draingate-lab matrix [--scenarios a,b,...] [--strategies ...] [--time-scale F] [--out DIR]
+//
+// matrix plays every scenario named (all by default) with its own knobs
+// and writes the scoreboard: DIR/scoreboard.md and .json, and per scenario
+// its report as JSON and PNG.
 package main
 
 import (
@@ -57,8 +62,8 @@ type config struct {
 // fallback; every mistake is one clear error.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	if len(args) == 0 || args[0] != "run" {
-		fmt.Fprintln(stderr, "usage: draingate-lab run [flags]  (draingate-lab run -h lists them)")
-		return nil, errors.New(`want the "run" command`)
+		fmt.Fprintln(stderr, "usage: draingate-lab run|matrix [flags]  (draingate-lab run -h lists them)")
+		return nil, errors.New(`want the "run" or "matrix" command`)
 	}
 	args = args[1:]
 	// The scenario sets the knobs' defaults, so find it before the rest.
@@ -82,20 +87,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.SetOutput(&errBuf)
 	fs.String("scenario", name, "named set of knobs: "+strings.Join(lab.ScenarioNames(), ", "))
 	strategies := fs.String("strategies", "none,sleep:5s,sleep:30s,draingate", "comma-separated: none (no preStop hook), sleep:DURATION (native preStop sleep), draingate (a gate server, and the draingate-prestop agent as preStop hook waiting for it)")
-	fs.IntVar(&c.opts.Rollouts, "rollouts", 1, "rollouts per strategy")
-	fs.IntVar(&c.opts.RPS, "rps", 50, "requests per second through the data plane")
-	fs.IntVar(&c.opts.Replicas, "replicas", 6, "Deployment replicas")
 	fs.StringVar(&c.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&c.pngPath, "png", "", "write a timeline per strategy as PNG to this file")
-	fs.Float64Var(&c.opts.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
-	fs.Func("draingate-set", "a value for the draingate chart, in Helm --set syntax (repeatable), on top of its defaults; echoed in the report", func(v string) error {
-		if err := strvals.ParseInto(v, map[string]any{}); err != nil {
-			return err
-		}
-		c.opts.DraingateSet = append(c.opts.DraingateSet, v)
-		return nil
-	})
-	seed := fs.Uint64("seed", 0, "random seed for lags and propagation delays (0: a new one per run, printed in the report)")
+	seed := commonFlags(fs, &c.opts)
 	c.scenario.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -110,15 +104,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	switch {
-	case c.opts.Rollouts < 1:
-		return nil, errors.New("--rollouts must be at least 1")
-	case c.opts.RPS < 1:
-		return nil, errors.New("--rps must be at least 1")
-	case c.opts.Replicas < 1:
-		return nil, errors.New("--replicas must be at least 1")
-	case c.opts.TimeScale <= 0:
-		return nil, errors.New("--time-scale must be positive")
+	if err := checkCommon(c.opts); err != nil {
+		return nil, err
 	}
 	if err := c.scenario.Validate(); err != nil {
 		return nil, err
@@ -143,11 +130,74 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	return c, nil
 }
 
+// commonFlags binds the flags run and matrix share; the seed is returned.
+func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
+	fs.IntVar(&o.Rollouts, "rollouts", 1, "rollouts (blue/green switches, restarts) per strategy")
+	fs.IntVar(&o.RPS, "rps", 50, "requests per second through the data plane")
+	fs.IntVar(&o.Replicas, "replicas", 6, "Deployment replicas")
+	fs.Float64Var(&o.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
+	fs.Func("draingate-set", "a value for the draingate chart, in Helm --set syntax (repeatable), on top of its defaults; echoed in the report", func(v string) error {
+		if err := strvals.ParseInto(v, map[string]any{}); err != nil {
+			return err
+		}
+		o.DraingateSet = append(o.DraingateSet, v)
+		return nil
+	})
+	return fs.Uint64("seed", 0, "random seed for lags and propagation delays (0: a new one per run, printed in the report)")
+}
+
+func checkCommon(o lab.Options) error {
+	switch {
+	case o.Rollouts < 1:
+		return errors.New("--rollouts must be at least 1")
+	case o.RPS < 1:
+		return errors.New("--rps must be at least 1")
+	case o.Replicas < 1:
+		return errors.New("--replicas must be at least 1")
+	case o.TimeScale <= 0:
+		return errors.New("--time-scale must be positive")
+	}
+	return nil
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == "matrix" {
+		m, err := parseMatrix(args[1:], getenv, stderr)
+		if err != nil {
+			return err
+		}
+		return runMatrix(ctx, m, stdout, stderr)
+	}
 	c, err := parse(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
+	return withCluster(ctx, c.opts.Strategies, stderr, func(env lab.Env) error {
+		c.opts.Progress = stderr
+		rep, err := lab.Run(ctx, env, c.opts)
+		if err != nil {
+			return err
+		}
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
+		}
+		if c.jsonPath != "" {
+			if err := writeFile(c.jsonPath, rep.WriteJSON); err != nil {
+				return err
+			}
+		}
+		if c.pngPath != "" {
+			if err := rep.WritePNG(c.pngPath); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// withCluster starts (or joins) the project's cluster, loads the images the
+// strategies need, runs f, and stops the cluster it started.
+func withCluster(ctx context.Context, strategies []lab.Strategy, stderr io.Writer, f func(lab.Env) error) (err error) {
 	// Helm's status watcher uses controller-runtime's client, and client-go
 	// logs through klog: both print to stderr as text, like the progress
 	// lines. Unset, controller-runtime drops its logs and complains with a
@@ -168,7 +218,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := cl.LoadGoImage(ctx, lab.DemoImage, "./cmd/draingate-demoapp"); err != nil {
 		return err
 	}
-	if lab.UsesGate(c.opts.Strategies) {
+	if lab.UsesGate(strategies) {
 		fmt.Fprintln(stderr, "lab: building the gate server and agent images")
 		if err := cl.LoadGoImage(ctx, lab.ServerImage, "./cmd/draingate"); err != nil {
 			return err
@@ -177,25 +227,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
-	c.opts.Progress = stderr
-	rep, err := lab.Run(ctx, lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP}, c.opts)
-	if err != nil {
-		return err
-	}
-	if err := rep.WriteTable(stdout); err != nil {
-		return err
-	}
-	if c.jsonPath != "" {
-		if err := writeFile(c.jsonPath, rep.WriteJSON); err != nil {
-			return err
-		}
-	}
-	if c.pngPath != "" {
-		if err := rep.WritePNG(c.pngPath); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f(lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()})
 }
 
 // writeFile writes through a temporary file so a failure leaves no half file.

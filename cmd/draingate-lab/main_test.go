@@ -12,8 +12,8 @@ func TestParseBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{}, `want the "run" command`},
-		{[]string{"walk"}, `want the "run" command`},
+		{[]string{}, `want the "run" or "matrix" command`},
+		{[]string{"walk"}, `want the "run" or "matrix" command`},
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "--reconcile-lag", "soon"}, `invalid value "soon" for flag -reconcile-lag`},
 		{[]string{"run", "--strategies", "none,nap:5s"}, `unknown strategy "nap:5s"`},
@@ -21,7 +21,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--strategies", "none,none"}, `strategy "none" given twice`},
 		{[]string{"run", "--strategies", "gate"}, `unknown strategy "gate": want none, sleep:DURATION or draingate`},
 		{[]string{"run", "--strategies", "draingate,none,draingate"}, `strategy "draingate" given twice`},
-		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, alb-slow, lag-past-deadline, nlb, slow-aws`},
+		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, alb-slow, bluegreen, lag-past-deadline, nlb, restart, sidecar, slow-aws`},
 		{[]string{"run", "--rps", "0"}, "--rps must be at least 1"},
 		{[]string{"run", "--time-scale", "-1"}, "--time-scale must be positive"},
 		{[]string{"run", "--propagation-min", "30s", "--propagation-max", "1s"}, "propagation-max 1s is below propagation-min 30s"},

@@ -1,11 +1,19 @@
 // Package lab reproduces the pod-termination race behind a load balancer on
 // the project's real one-node cluster and measures it, once per strategy:
 // a Deployment behind a Service and a TargetGroupBinding, the simulated load
-// balancer controller registering its pods in the ELBv2 emulator, the
-// data-plane proxy learning each change after a propagation delay, constant
-// load through that proxy, and pod-template rollouts. It reports failed
-// requests, termination times and the slack between SIGTERM and the moment
-// the data plane stopped sending a pod new requests.
+// balancer controller registering its pods in the ELBv2 emulator, a load
+// balancer of several nodes (internal/sim/dataplane), each learning each
+// change after its own propagation delay and connecting to pods from its
+// own address on the cluster's bridge, constant load spread over the nodes,
+// and a workload that stops pods: rolling updates, a blue/green switch, or
+// a container restart through a failing liveness probe (Scenario.Workload);
+// the sidecar scenario adds a lab webhook after draingate's that gives each
+// pod a proxy sidecar (internal/lab/sidecar). It reports failed requests,
+// termination and restart times, the slack between SIGTERM and the moment
+// the last node stopped sending a pod new requests, how each pod's agent
+// released it, the requests that reached each pod after its SIGTERM per
+// load balancer node (counted by the app per source address), and
+// draingate's own ELBv2 calls apart from the controller's.
 //
 // Strategies: "none" (no preStop hook), "sleep:DURATION" (the native preStop
 // sleep action) and "draingate": draingate installed as an operator would,

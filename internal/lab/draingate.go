@@ -31,6 +31,10 @@ const (
 	gateReadyBy   = 2 * time.Minute
 	gateLogLines  = 30
 	gateAWSRegion = "us-east-1"
+	// gateAccessKey is the gate server's AWS access key ID: the emulator
+	// counts calls per key, so the report tells draingate's own ELBv2 calls
+	// from the load balancer controller's.
+	gateAccessKey = "draingate-lab-gate"
 )
 
 // gateSetup is one strategy's running gate server, as the app pods see it.
@@ -109,7 +113,7 @@ func gateValues(elbv2URL string, scale float64, sets []string) (map[string]any, 
 	required := map[string]any{
 		"image":    map[string]any{"repository": repo, "tag": tag},
 		"aws":      map[string]any{"region": gateAWSRegion, "elbv2Endpoint": elbv2URL},
-		"extraEnv": []any{env("AWS_ACCESS_KEY_ID", "lab"), env("AWS_SECRET_ACCESS_KEY", "lab"), env("AWS_EC2_METADATA_DISABLED", "true")},
+		"extraEnv": []any{env("AWS_ACCESS_KEY_ID", gateAccessKey), env("AWS_SECRET_ACCESS_KEY", "lab"), env("AWS_EC2_METADATA_DISABLED", "true")},
 		"agent":    map[string]any{"image": map[string]any{"repository": agentRepo, "tag": agentTag}},
 	}
 	vals = mergeValues(vals, required)

@@ -93,7 +93,7 @@ func TestGateValuesRenderTheChart(t *testing.T) {
 			t.Errorf("the gate server's Deployment lacks %q:\n%s", want, deploy)
 		}
 	}
-	d := deployment(3, Strategy{Name: "draingate", Gate: true}, sc)
+	d := deployment(appName, map[string]string{"app": appName}, 3, Strategy{Name: "draingate", Gate: true}, sc, true)
 	if d.Spec.Template.Spec.Containers[0].Lifecycle != nil || len(d.Spec.Template.Spec.InitContainers) != 0 {
 		t.Errorf("the draingate strategy's Deployment has a hand-written hook: injection adds it")
 	}
@@ -138,8 +138,11 @@ func TestScenariosProbeTheDefaults(t *testing.T) {
 			def[k] = d
 		}
 	}
-	if sc := Scenarios["alb-slow"]; sc.PropagationMax <= def["tails.alb"] || sc.LoadBalancer != "application" {
-		t.Errorf("alb-slow propagates up to %s behind an %s load balancer; the default ALB tail is %s", sc.PropagationMax, sc.LoadBalancer, def["tails.alb"])
+	if sc := Scenarios["alb-slow"]; sc.PropagationP99 <= def["tails.alb"] || sc.LoadBalancer != "application" {
+		t.Errorf("alb-slow propagates with a p99 of %s behind an %s load balancer; the default ALB tail is %s", sc.PropagationP99, sc.LoadBalancer, def["tails.alb"])
+	}
+	if sc := Scenarios["nlb"]; sc.PropagationMax <= def["agent.maxWait"] || sc.LoadBalancer != "network" {
+		t.Errorf("nlb propagates up to %s behind an %s load balancer; the default max-wait is %s", sc.PropagationMax, sc.LoadBalancer, def["agent.maxWait"])
 	}
 	if sc := Scenarios["lag-past-deadline"]; sc.ReconcileLag <= def["agent.maxWait"] {
 		t.Errorf("lag-past-deadline's controller lags %s; the default max-wait is %s", sc.ReconcileLag, def["agent.maxWait"])

@@ -35,7 +35,8 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	sc := Scenarios["alb"].Scaled(scale)
 	long := Strategy{Name: "sleep:long", Sleep: sc.MaxRouteDelay() + 3*time.Second}
 	gate := Strategy{Name: "draingate", Gate: true}
-	rep, err := Run(ctx, Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP}, Options{
+	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()}
+	rep, err := Run(ctx, env, Options{
 		Scenario: sc, TimeScale: scale, Replicas: 3, Rollouts: 1, RPS: 40, Seed: 7,
 		Strategies: []Strategy{{Name: "none"}, long, gate}, Progress: os.Stderr,
 	})
@@ -99,6 +100,34 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 			t.Errorf("%s: ELBv2 calls %v: want registrations and deregistrations", s.Name, s.ELBv2Calls)
 		}
 	}
+	// draingate's own calls are told apart from the controller's: it only
+	// reads.
+	if g := gated.GateELBv2Calls; g["DescribeTargetHealth"] == 0 || g["RegisterTargets"]+g["DeregisterTargets"] != 0 || len(slept.GateELBv2Calls) != 0 {
+		t.Errorf("draingate's ELBv2 calls %v (sleep: %v): want DescribeTargetHealth and no registration", g, slept.GateELBv2Calls)
+	}
+	// The app sees each load balancer node by its own source address: one
+	// per node, neither the node's (kubelet, kube-proxy) nor a pod's.
+	podIPs := map[string]bool{}
+	for _, s := range rep.Strategies {
+		for _, p := range s.Pods {
+			podIPs[p.IP] = true
+		}
+	}
+	for _, p := range none.Pods {
+		want := map[string]bool{}
+		for _, ip := range env.LBSources[:sc.LBNodes] {
+			want[ip] = true
+		}
+		for src := range p.Sources {
+			if !want[src] || src == testenv.HostIP || podIPs[src] {
+				t.Errorf("pod %s got requests from %s; want only the load balancer nodes' addresses %v", p.Name, src, env.LBSources[:sc.LBNodes])
+			}
+			delete(want, src)
+		}
+		if len(want) != 0 {
+			t.Errorf("pod %s got no request from %v", p.Name, want)
+		}
+	}
 	// The report says where the gate ran and every chart value the lab set:
 	// the chart's durations at the run's scale, nothing from the scenario.
 	noted := false
@@ -108,5 +137,70 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	}
 	if !noted {
 		t.Errorf("notes %q: want where the gate server ran and the chart values the lab set (90s max-wait and 20s ALB tail at scale 0.25)", rep.Notes)
+	}
+}
+
+// TestScenariosRunAtSmallScale plays every scenario but alb (played above)
+// once with draingate, shortened, and checks that each measured what makes
+// it that scenario: its stopped pods, restarts, sidecars. Whether draingate
+// fails there is the scoreboard's finding, not this test's.
+func TestScenariosRunAtSmallScale(t *testing.T) {
+	c := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	for _, img := range []struct{ ref, pkg string }{
+		{DemoImage, "./cmd/draingate-demoapp"},
+		{ServerImage, "./cmd/draingate"},
+		{AgentImage, "./cmd/draingate-prestop"},
+	} {
+		if err := c.LoadGoImage(ctx, img.ref, img.pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const scale, replicas = 0.2, 2
+	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()}
+	for _, name := range ScenarioNames() {
+		if name == "alb" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			sc := Scenarios[name].Scaled(scale)
+			rep, err := Run(ctx, env, Options{
+				Scenario: sc, TimeScale: scale, Replicas: replicas, Rollouts: 1, RPS: 20, Seed: 11,
+				Strategies: []Strategy{{Name: "draingate", Gate: true}}, Progress: os.Stderr,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep.WriteTable(os.Stderr)
+			s := rep.Strategies[0]
+			if s.Requests == 0 {
+				t.Fatal("no load")
+			}
+			stopped := replicas
+			if sc.Workload == Restart {
+				stopped = 1
+				if len(s.Restarts) != 1 {
+					t.Errorf("restart delays measured: %v, want one", s.Restarts)
+				}
+			} else if len(s.Terminations) != replicas {
+				t.Errorf("terminations measured: %d, want %d", len(s.Terminations), replicas)
+			}
+			if len(s.Pods) != stopped || len(s.GateELBv2Calls) == 0 {
+				t.Errorf("%d stopped pods reported, want %d; draingate's ELBv2 calls %v", len(s.Pods), stopped, s.GateELBv2Calls)
+			}
+			released := 0
+			for _, n := range s.Releases {
+				released += n
+			}
+			if released != stopped {
+				t.Errorf("released by %v: want one closing line per stopped pod (%d)", s.Releases, stopped)
+			}
+			for _, p := range s.Pods {
+				if p.SIGTERM.IsZero() || p.Exit.IsZero() || len(p.Nodes) < sc.LBNodes {
+					t.Errorf("pod %s: SIGTERM %v, exit %v, %d load balancer nodes reported (want %d)", p.Name, p.SIGTERM, p.Exit, len(p.Nodes), sc.LBNodes)
+				}
+			}
+		})
 	}
 }

@@ -9,7 +9,9 @@ import (
 )
 
 // load drives constant-rate requests (open model: the rate does not slow
-// down when answers do) through the data plane with keep-alive connections.
+// down when answers do) through the data plane with keep-alive connections,
+// spread round robin over the load balancer's nodes (one URL each), as many
+// clients resolving its DNS name would spread.
 type load struct {
 	attacker *vegeta.Attacker
 	done     chan struct{}
@@ -23,13 +25,17 @@ type load struct {
 // (no status) or a 5xx.
 func failed(code uint16) bool { return code == 0 || code >= 500 }
 
-func startLoad(url string, rps int, onResult func(at time.Time, failed bool)) *load {
+func startLoad(urls []string, rps int, onResult func(at time.Time, failed bool)) *load {
 	l := &load{
 		attacker: vegeta.NewAttacker(vegeta.KeepAlive(true), vegeta.Timeout(30*time.Second), vegeta.Workers(16), vegeta.MaxWorkers(512)),
 		done:     make(chan struct{}),
 		onRes:    onResult,
 	}
-	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: url})
+	targets := make([]vegeta.Target, len(urls))
+	for i, u := range urls {
+		targets[i] = vegeta.Target{Method: "GET", URL: u}
+	}
+	tr := vegeta.NewStaticTargeter(targets...)
 	results := l.attacker.Attack(tr, vegeta.Rate{Freq: rps, Per: time.Second}, 0, "lab")
 	go func() {
 		defer close(l.done)

@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,11 +18,17 @@ import (
 // podRecord is what the lab learns of one pod's end. SIGTERM and exit come
 // from the demo app's own log lines (node clock, which is this host's).
 type podRecord struct {
-	name, ip  string
-	deletedAt time.Time // first seen with a deletionTimestamp
-	sigterm   time.Time
-	exit      time.Time
-	release   string // how the agent let the pod go (releaseReason), "" without one
+	name, ip    string
+	deletedAt   time.Time // first seen with a deletionTimestamp
+	restarted   time.Time // first seen with its app container restarted
+	failedProbe time.Time // the app's first failed liveness probe
+	sigterm     time.Time
+	exit        time.Time
+	release     string    // how the agent let the pod go (releaseReason), "" without one
+	releasedAt  time.Time // when the lab read the agent's closing line
+	// sources counts every request the app received per source address
+	// (its "source" lines).
+	sources   map[string]int
 	following bool
 }
 
@@ -78,6 +85,9 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 		if cs.Name == "app" && cs.State.Running != nil {
 			running = true
 		}
+		if cs.Name == "app" && cs.RestartCount > 0 && r.restarted.IsZero() {
+			r.restarted = now
+		}
 	}
 	if running && !r.following {
 		r.following = true
@@ -85,9 +95,10 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 	}
 }
 
-// follow reads the app's log until the container ends, keeping its
-// "sigterm <ns>" and "exit <ns>" lines and the agent's last word on why it
-// let the pod go (the injected agent writes its lines there too).
+// follow reads the app's log until its first container ends, keeping its
+// "sigterm <ns>", "exit <ns>", "liveness-failed <ns>" and
+// "source <ip> <total> <after-sigterm>" lines and the agent's last word on
+// why it let the pod go (the injected agent writes its lines there too).
 func (t *tracker) follow(ctx context.Context, pod string) {
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		rc, err := t.cl.CoreV1().Pods(t.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
@@ -99,11 +110,23 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 		for sc.Scan() {
 			if why, ok := releaseReason(sc.Text()); ok {
 				t.mu.Lock()
-				t.pods[pod].release = why
+				t.pods[pod].release, t.pods[pod].releasedAt = why, time.Now()
 				t.mu.Unlock()
 				continue
 			}
 			f := strings.Fields(sc.Text())
+			if len(f) == 4 && f[0] == "source" {
+				if total, err := strconv.Atoi(f[2]); err == nil {
+					t.mu.Lock()
+					r := t.pods[pod]
+					if r.sources == nil {
+						r.sources = map[string]int{}
+					}
+					r.sources[f[1]] += total
+					t.mu.Unlock()
+				}
+				continue
+			}
 			if len(f) != 2 {
 				continue
 			}
@@ -117,6 +140,8 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 				t.pods[pod].sigterm = time.Unix(0, ns)
 			case "exit":
 				t.pods[pod].exit = time.Unix(0, ns)
+			case "liveness-failed":
+				t.pods[pod].failedProbe = time.Unix(0, ns)
 			}
 			t.mu.Unlock()
 		}
@@ -136,20 +161,31 @@ func (t *tracker) snapshot() []podRecord {
 	defer t.mu.Unlock()
 	out := make([]podRecord, 0, len(t.pods))
 	for _, r := range t.pods {
-		out = append(out, *r)
+		c := *r
+		c.sources = maps.Clone(r.sources)
+		out = append(out, c)
 	}
 	return out
 }
 
-// deletedPending counts pods deleted whose app has not logged its exit.
-func (t *tracker) deletedPending() int {
+// exitPending counts pods deleted or restarted whose app has not logged its
+// (first container's) exit.
+func (t *tracker) exitPending() int {
 	n := 0
 	for _, r := range t.snapshot() {
-		if !r.deletedAt.IsZero() && r.exit.IsZero() {
+		if (!r.deletedAt.IsZero() || !r.restarted.IsZero()) && r.exit.IsZero() {
 			n++
 		}
 	}
 	return n
+}
+
+// restartedAt says whether pod's app container has restarted.
+func (t *tracker) restartedAt(pod string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.pods[pod]
+	return r != nil && !r.restarted.IsZero()
 }
 
 // releaseReason reads one of the agent's closing log lines (internal/prestop)

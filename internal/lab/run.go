@@ -5,21 +5,20 @@ package lab
 // next.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
-	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -27,6 +26,7 @@ import (
 	"draingate.dev/draingate/internal/chart"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
+	"draingate.dev/draingate/internal/lab/sidecar"
 	"draingate.dev/draingate/internal/sim/dataplane"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
@@ -61,11 +61,16 @@ type Env struct {
 	// installs the chart with it (the Helm library reads a file).
 	Kubeconfig string
 	HostIP     string // empty: the emulator listens on 127.0.0.1, out of the pods' reach
+	// LBSources are the addresses the load balancer's nodes connect from
+	// (testenv.LBNodeIPs), one per node: on this host, and neither the
+	// node's nor a pod's, so the app tells the nodes apart. Empty: every
+	// node connects from the host's own address.
+	LBSources []string
 }
 
 // Run measures every strategy in turn and returns the report.
-func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
-	rep := report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
+func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error) {
+	rep = report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))
 	if o.TimeScale != 1 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g", o.TimeScale, o.TimeScale))
@@ -73,8 +78,23 @@ func Run(ctx context.Context, env Env, o Options) (report.Report, error) {
 	if UsesGate(o.Strategies) && env.HostIP == "" {
 		return rep, errors.New("the draingate strategy needs Env.HostIP: its gate server, in a pod, must reach the ELBv2 emulator")
 	}
+	if o.Scenario.Sidecar && env.HostIP == "" {
+		return rep, errors.New("the sidecar scenario needs Env.HostIP: the API server calls the lab's sidecar webhook there")
+	}
 	if err := lbc.InstallCRD(ctx, env.Config); err != nil {
 		return rep, err
+	}
+	if o.Scenario.Sidecar {
+		uninstall, err := sidecar.Install(ctx, env.Client, env.HostIP, sidecar.Options{Image: DemoImage, PullPolicy: corev1.PullNever})
+		if err != nil {
+			return rep, fmt.Errorf("the lab's sidecar webhook: %w", err)
+		}
+		defer func() {
+			if err := uninstall(context.Background()); err != nil {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("removing the lab's sidecar webhook: %v", err))
+			}
+		}()
+		rep.Notes = append(rep.Notes, "sidecar: a lab webhook called after draingate's added a proxy sidecar that receives the traffic and stops accepting on SIGTERM")
 	}
 	emu := elbv2sim.New(elbv2sim.Config{})
 	defer emu.Close()
@@ -140,9 +160,12 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	ns := fmt.Sprintf("lab-%d-%s-%d", idx, strings.NewReplacer(":", "-", ".", "-").Replace(st.Name), r.start.Unix()%100000)
 	// Gate strategies: draingate installed with its chart in its own
 	// run-unique namespace, uninstalled when the strategy ends; the app's
-	// namespace is labelled for injection.
+	// namespace is labelled for injection (and for the lab's sidecar).
 	var gate *gateSetup
-	var nsLabels map[string]string
+	nsLabels := map[string]string{}
+	if sc.Sidecar {
+		nsLabels[sidecar.Label] = sidecar.Enabled
+	}
 	if st.Gate {
 		gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
 		r.progress(st, "setup: gate server in namespace %s", gns)
@@ -152,7 +175,7 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 			return res, err
 		}
 		gate = g
-		nsLabels = map[string]string{inject.LabelInject: inject.Enabled}
+		nsLabels[inject.LabelInject] = inject.Enabled
 		r.progress(st, "gate server ready; agent max-wait %s", g.MaxWait)
 		r.notes = append(r.notes, fmt.Sprintf("%s: the chart's defaults in namespace %s; the lab set %s", st.Name, gns, strings.Join(g.Set, ", ")))
 	}
@@ -176,7 +199,7 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		}
 	}
 
-	// The target group, and the data plane that learns from it.
+	// The target group, and the load balancer's nodes that learn from it.
 	arn, err := r.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
 		Name: fmt.Sprintf("lab-%d-%d", idx, time.Now().Unix()%100000), LoadBalancerType: sc.lbType(), Port: appPort,
 		HealthCheckPath: "/healthz", HealthCheckInterval: sc.HealthCheckInterval, HealthCheckTimeout: min(2*time.Second, sc.HealthCheckInterval),
@@ -186,24 +209,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	if err != nil {
 		return res, err
 	}
-	dp := dataplane.New(dataplane.Config{Propagation: dataplane.Uniform(sc.PropagationMin, sc.PropagationMax, r.o.Seed+uint64(idx))})
-	defer dp.Close()
-	events, unsubscribe := r.emu.Subscribe()
-	defer unsubscribe()
-	go func() {
-		for ev := range events {
-			if ev.TargetGroupARN == arn {
-				dp.Apply(dataplane.Event{Target: dataplane.Target{ID: ev.Target.ID, Port: ev.Target.Port}, To: string(ev.To), At: ev.At})
-			}
-		}
-	}()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lb, err := r.startLB(idx, arn)
 	if err != nil {
 		return res, err
 	}
-	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	defer srv.Close()
+	defer lb.close()
 
 	// The load balancer controller for this namespace.
 	ctrl := lbc.New(lbc.Config{Namespace: ns, ReconcileLag: sc.ReconcileLag, ReconcileJitter: sc.ReconcileJitter, GatePoll: time.Second, Seed: r.o.Seed + uint64(idx)}, cl, r.dyn, r.elb)
@@ -215,82 +225,34 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	if err := pods.run(ctx); err != nil {
 		return res, err
 	}
-
-	r.progress(st, "setup: deployment of %d, service, target group, binding", r.o.Replicas)
-	if _, err := cl.CoreV1().Services(ns).Create(ctx, service(), metav1.CreateOptions{}); err != nil {
+	p := &play{r: r, st: st, sc: sc, ns: ns, gate: gate, lb: lb, pods: pods}
+	p.readyBy = 3*time.Minute + time.Duration(r.o.Replicas)*(sc.MaxRouteDelay()+time.Duration(sc.HealthyThreshold+1)*sc.HealthCheckInterval)
+	r.progress(st, "setup: %s workload of %d, service, target group, binding, %d load balancer nodes", sc.Workload, r.o.Replicas, len(lb.nodes))
+	if err := p.setup(ctx, arn); err != nil {
 		return res, err
-	}
-	b := lbc.Binding{Namespace: ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}
-	if _, err := r.dyn.Resource(lbc.GVR).Namespace(ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
-		return res, err
-	}
-	if _, err := cl.AppsV1().Deployments(ns).Create(ctx, deployment(int32(r.o.Replicas), st, sc), metav1.CreateOptions{}); err != nil {
-		return res, err
-	}
-	readyBy := 3*time.Minute + time.Duration(r.o.Replicas)*(sc.MaxRouteDelay()+time.Duration(sc.HealthyThreshold+1)*sc.HealthCheckInterval)
-	if err := r.waitRollout(ctx, ns, readyBy); err != nil {
-		return res, err
-	}
-	if gate != nil {
-		if err := injected(ctx, cl, ns); err != nil {
-			return res, err
-		}
-	}
-	wctx, wcancel := context.WithTimeout(ctx, readyBy)
-	err = dp.WaitInRotation(wctx, r.o.Replicas)
-	wcancel()
-	if err != nil {
-		return res, fmt.Errorf("waiting for %d targets in the data plane's rotation: %w", r.o.Replicas, err)
 	}
 
 	// Load, rollouts, and the wait for every stopped pod to be out of rotation.
-	callsBefore := r.emu.Calls()
+	callsBefore, byBefore := r.emu.Calls(), r.emu.CallsBy()
 	res.Timeline.Start = time.Now()
-	l := startLoad("http://"+ln.Addr().String()+"/", r.o.RPS, res.Timeline.AddRequest)
+	l := startLoad(lb.urls, r.o.RPS, res.Timeline.AddRequest)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
 			l.stop()
 		}
 	}()
-	r.progress(st, "load: %d requests/s through the data plane", r.o.RPS)
+	r.progress(st, "load: %d requests/s through %d load balancer nodes", r.o.RPS, len(lb.nodes))
 	time.Sleep(2 * time.Second) // a steady state before the first rollout
 	for i := 1; i <= r.o.Rollouts; i++ {
-		r.progress(st, "rollout %d/%d", i, r.o.Rollouts)
-		if _, err := cl.AppsV1().Deployments(ns).Patch(ctx, appName, types.StrategicMergePatchType, restartPatch(time.Now()), metav1.PatchOptions{}); err != nil {
+		r.progress(st, "%s %d/%d", sc.Workload, i, r.o.Rollouts)
+		if err := p.step(ctx, i); err != nil {
 			return res, err
 		}
-		if err := r.waitRollout(ctx, ns, readyBy); err != nil {
-			return res, err
-		}
-		if gate != nil {
-			if err := injected(ctx, cl, ns); err != nil {
-				return res, err
-			}
-		}
 	}
-	r.progress(st, "rollouts done; waiting for old pods to exit and leave the data plane")
-	hook := st.Sleep
-	if gate != nil {
-		hook = gate.MaxWait
-	}
-	tailBy := grace + hook + sc.MaxRouteDelay() + time.Minute
-	if err := waitFor(ctx, tailBy, func() bool { return pods.deletedPending() == 0 }); err != nil {
-		return res, fmt.Errorf("deleted pods did not exit: %w", err)
-	}
-	stopped := func() bool {
-		for _, p := range pods.snapshot() {
-			if p.deletedAt.IsZero() || p.ip == "" {
-				continue
-			}
-			if _, ok := dp.StoppedAt(dataplane.Target{ID: p.ip, Port: appPort}); !ok || inRotation(dp, p.ip) {
-				return false
-			}
-		}
-		return true
-	}
-	if err := waitFor(ctx, sc.MaxRouteDelay()+time.Minute, stopped); err != nil && !throttled(sc) {
-		return res, fmt.Errorf("stopped pods still in the data plane's rotation: %w", err)
+	r.progress(st, "%s done; waiting for stopped pods to exit and leave the data plane", sc.Workload)
+	if err := p.settle(ctx); err != nil {
+		return res, err
 	}
 	time.Sleep(time.Second)
 	res.Requests, res.Failed = l.stop()
@@ -298,17 +260,30 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	res.Timeline.End = time.Now()
 	// The lab's own consistency check: every request went through the data
 	// plane, so both sides must count the same.
-	if ds := dp.Stats(); int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
+	if ds := lb.bal.Stats(); int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
 		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d",
 			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed))
 	}
+	r.measure(&res, pods, lb)
+	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
+	if st.Gate {
+		res.GateELBv2Calls = diffCounts(byBefore[gateAccessKey], r.emu.CallsBy()[gateAccessKey])
+	}
+	r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
+	return res, nil
+}
 
+// measure fills res with every stopped pod: deleted, or restarted.
+func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) {
 	for _, p := range pods.snapshot() {
-		if p.deletedAt.IsZero() {
+		if p.deletedAt.IsZero() && p.restarted.IsZero() {
 			continue
 		}
-		if !p.exit.IsZero() {
+		if !p.deletedAt.IsZero() && !p.exit.IsZero() {
 			res.Terminations = append(res.Terminations, p.exit.Sub(p.deletedAt))
+		}
+		if !p.restarted.IsZero() && !p.failedProbe.IsZero() {
+			res.Restarts = append(res.Restarts, p.restarted.Sub(p.failedProbe))
 		}
 		if p.release != "" {
 			if res.Releases == nil {
@@ -316,43 +291,44 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 			}
 			res.Releases[p.release]++
 		}
+		target := dataplane.Target{ID: p.ip, Port: appPort}
 		if !p.sigterm.IsZero() {
 			res.Timeline.SIGTERMs = append(res.Timeline.SIGTERMs, p.sigterm)
-			if at, ok := dp.StoppedAt(dataplane.Target{ID: p.ip, Port: appPort}); ok {
+			if at, ok := lb.bal.StoppedAt(target); ok {
 				res.Slacks = append(res.Slacks, p.sigterm.Sub(at))
 			}
 		}
+		rp := report.Pod{
+			Name: p.name, IP: p.ip, Deleted: p.deletedAt, FailedProbe: p.failedProbe, Restarted: p.restarted,
+			SIGTERM: p.sigterm, Exit: p.exit, Release: p.release, ReleasedAt: p.releasedAt,
+			Draining: lb.draining(p.ip), Nodes: map[string]report.PodNode{}, Sources: p.sources,
+		}
+		for _, n := range lb.bal.Nodes() {
+			var pn report.PodNode
+			pn.LastRequest = n.Stats().ByTarget[target].Last
+			pn.RouteOut, _ = n.StoppedAt(target)
+			if !p.sigterm.IsZero() {
+				pn.AfterSIGTERM = n.SentSince(target, p.sigterm)
+			}
+			rp.Nodes[n.Name()] = pn
+		}
+		res.Pods = append(res.Pods, rp)
 	}
-	res.Timeline.Rotation = rotationSteps(dp.Timeline())
-	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
-	r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
-	return res, nil
+	slices.SortFunc(res.Pods, func(a, b report.Pod) int {
+		return cmp.Or(a.SIGTERM.Compare(b.SIGTERM), strings.Compare(a.Name, b.Name))
+	})
+	res.Timeline.Rotation = rotationSteps(lb.bal)
 }
 
 func throttled(sc Scenario) bool { return sc.RegistrationRefill > 0 }
 
-func inRotation(dp *dataplane.Proxy, ip string) bool {
-	for _, t := range dp.Rotation() {
-		if t.ID == ip {
-			return true
+// diffCounts is after − before per key, keeping positive differences.
+func diffCounts(before, after map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, n := range after {
+		if d := n - before[k]; d > 0 {
+			out[k] = d
 		}
-	}
-	return false
-}
-
-// rotationSteps turns the data plane's change log into "pods in rotation".
-func rotationSteps(samples []dataplane.Sample) []report.Step {
-	in := map[dataplane.Target]bool{}
-	var out []report.Step
-	for _, s := range samples {
-		in[s.Target] = s.InRotation
-		n := 0
-		for _, v := range in {
-			if v {
-				n++
-			}
-		}
-		out = append(out, report.Step{At: s.AppliedAt, N: n})
 	}
 	return out
 }
@@ -371,9 +347,9 @@ func diffCalls(before, after map[string]map[string]int) map[string]int {
 
 // waitRollout waits until the Deployment has rolled out completely: every
 // replica updated, ready and available, and no old replica left.
-func (r *runner) waitRollout(ctx context.Context, ns string, timeout time.Duration) error {
+func (r *runner) waitRollout(ctx context.Context, ns, name string, timeout time.Duration) error {
 	return waitFor(ctx, timeout, func() bool {
-		d, err := r.env.Client.AppsV1().Deployments(ns).Get(ctx, appName, metav1.GetOptions{})
+		d, err := r.env.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}

@@ -8,20 +8,70 @@ import (
 	"strings"
 	"time"
 
+	"draingate.dev/draingate/internal/sim/dataplane"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
+)
+
+// MaxLBNodes is how many load balancer nodes the lab can play: one source
+// address each on the cluster's bridge (testenv.LBNodeIPs).
+const MaxLBNodes = 8
+
+// The workloads a scenario plays: how pods come to stop.
+const (
+	// Rolling is a Deployment's rolling update (maxSurge 1, maxUnavailable
+	// 0), Options.Rollouts times.
+	Rolling = "rolling"
+	// BlueGreen is a blue/green switch as Argo Rollouts does it: a second
+	// ReplicaSet (green) comes up outside the Service, the Service's
+	// selector flips to it once it is ready, and the old pods (blue) are
+	// deleted ScaleDownDelay later.
+	BlueGreen = "bluegreen"
+	// Restart makes one pod's liveness probe fail: the kubelet runs the
+	// preStop hook and restarts the container; the pod is not deleted.
+	Restart = "restart"
+)
+
+// The propagation distributions of the data plane's nodes.
+const (
+	// Uniform draws from [PropagationMin, PropagationMax].
+	Uniform = "uniform"
+	// LogNormal is heavy-tailed: PropagationMin plus a log-normal draw of
+	// median PropagationMedian and 99th percentile PropagationP99.
+	LogNormal = "lognormal"
 )
 
 // Scenario is a named set of knobs. Every knob is also a flag.
 type Scenario struct {
 	Name string
+	// Workload is Rolling, BlueGreen or Restart.
+	Workload string
+	// ScaleDownDelay is, for BlueGreen, how long the old pods stay after
+	// the selector flip (Argo Rollouts' scaleDownDelaySeconds).
+	ScaleDownDelay time.Duration
+	// LivenessPeriod is, for Restart, the app's liveness probe period
+	// (whole seconds; it fails after 3 failed probes).
+	LivenessPeriod time.Duration
+	// Sidecar has a lab-only mutating webhook, called after draingate's,
+	// add a proxy sidecar that receives the pod's traffic and stops
+	// accepting on SIGTERM, as mesh proxies do (internal/lab/sidecar).
+	Sidecar bool
 	// LoadBalancer is "application" (ALB) or "network" (NLB).
 	LoadBalancer string
+	// LBNodes is how many nodes the load balancer's data plane has: each
+	// draws its own propagation delay per target change and connects to
+	// targets from its own source address; clients spread over them as DNS
+	// round robin would.
+	LBNodes int
 	// ReconcileLag + a uniform random part in [0, ReconcileJitter) delays
 	// each reconcile of the load balancer controller.
 	ReconcileLag, ReconcileJitter time.Duration
-	// PropagationMin..Max bounds the uniform delay after which the data
-	// plane applies each target change.
+	// Propagation is Uniform or LogNormal: the delay after which each data
+	// plane node applies a target change.
+	Propagation                    string
 	PropagationMin, PropagationMax time.Duration
+	// PropagationMedian and PropagationP99 shape LogNormal (on top of
+	// PropagationMin).
+	PropagationMedian, PropagationP99 time.Duration
 	// DeregistrationDelay is the target group's deregistration_delay.
 	DeregistrationDelay time.Duration
 	// HealthCheckInterval and thresholds drive the emulator's checks.
@@ -40,17 +90,18 @@ type Scenario struct {
 // 3 s (AWS allows 5 s at least): they only pace rollouts through the
 // readiness gate, not the termination race, and a faster pace keeps the
 // default demo short. Figures from docs/facts.md ("Load balancer tails", "AWS
-// Load Balancer Controller"): ALB data planes keep sending new requests up to
-// ~20 s after deregistration, NLBs 2-5 minutes; a throttled or lagging
-// controller deregisters 20-60 s late. A scenario exists to find where a
-// strategy fails: alb-slow propagates past draingate's default ALB tail
-// (20 s), lag-past-deadline deregisters after its default agent max-wait
-// (90 s).
+// Load Balancer Controller", "Blue/green"): ALB data planes keep sending new
+// requests up to ~20 s after deregistration, NLBs 180-300 s as AWS Support
+// states it; a throttled or lagging controller deregisters 20-60 s late;
+// Argo Rollouts scales blue down 30 s after the switch. A scenario exists to
+// find where a strategy fails: alb-slow has a heavy tail past draingate's
+// default ALB tail (20 s), lag-past-deadline deregisters after its default
+// agent max-wait (90 s).
 var Scenarios = func() map[string]Scenario {
 	alb := Scenario{
-		Name: "alb", LoadBalancer: string(elbv2sim.Application),
+		Name: "alb", Workload: Rolling, LoadBalancer: string(elbv2sim.Application), LBNodes: 3,
 		ReconcileLag: 500 * time.Millisecond, ReconcileJitter: 1500 * time.Millisecond,
-		PropagationMin: 0, PropagationMax: 20 * time.Second,
+		Propagation: Uniform, PropagationMin: 0, PropagationMax: 20 * time.Second,
 		DeregistrationDelay: 60 * time.Second,
 		HealthCheckInterval: 3 * time.Second, HealthyThreshold: 2,
 		AppLatency: 50 * time.Millisecond,
@@ -58,11 +109,11 @@ var Scenarios = func() map[string]Scenario {
 	// The others say how they differ from alb.
 	nlb := alb
 	nlb.Name, nlb.LoadBalancer = "nlb", string(elbv2sim.Network)
-	nlb.PropagationMin, nlb.PropagationMax = 120*time.Second, 300*time.Second
+	nlb.PropagationMin, nlb.PropagationMax = 180*time.Second, 300*time.Second
 	nlb.DeregistrationDelay = 300 * time.Second
 	albSlow := alb
 	albSlow.Name = "alb-slow"
-	albSlow.PropagationMin, albSlow.PropagationMax = 10*time.Second, 40*time.Second
+	albSlow.Propagation, albSlow.PropagationMedian, albSlow.PropagationP99 = LogNormal, 10*time.Second, 40*time.Second
 	lagging := alb
 	lagging.Name = "lag-past-deadline"
 	lagging.ReconcileLag, lagging.ReconcileJitter = 100*time.Second, 20*time.Second
@@ -70,8 +121,14 @@ var Scenarios = func() map[string]Scenario {
 	slowAWS.Name = "slow-aws"
 	slowAWS.ReconcileLag, slowAWS.ReconcileJitter = 20*time.Second, 40*time.Second
 	slowAWS.RegistrationRefill, slowAWS.RegistrationCapacity = 0.5, 2
+	blueGreen := nlb
+	blueGreen.Name, blueGreen.Workload, blueGreen.ScaleDownDelay = "bluegreen", BlueGreen, 30*time.Second
+	restart := alb
+	restart.Name, restart.Workload, restart.LivenessPeriod = "restart", Restart, 10*time.Second
+	sidecar := alb
+	sidecar.Name, sidecar.Sidecar = "sidecar", true
 	out := map[string]Scenario{}
-	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS} {
+	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar} {
 		out[sc.Name] = sc
 	}
 	return out
@@ -92,6 +149,8 @@ func (s Scenario) Scaled(f float64) Scenario {
 	m := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * f)) }
 	s.ReconcileLag, s.ReconcileJitter = m(s.ReconcileLag), m(s.ReconcileJitter)
 	s.PropagationMin, s.PropagationMax = m(s.PropagationMin), m(s.PropagationMax)
+	s.PropagationMedian, s.PropagationP99 = m(s.PropagationMedian), m(s.PropagationP99)
+	s.ScaleDownDelay, s.LivenessPeriod = m(s.ScaleDownDelay), m(s.LivenessPeriod)
 	s.DeregistrationDelay, s.HealthCheckInterval, s.AppLatency = m(s.DeregistrationDelay), m(s.HealthCheckInterval), m(s.AppLatency)
 	if f > 0 && s.RegistrationRefill > 0 {
 		s.RegistrationRefill /= f
@@ -100,9 +159,34 @@ func (s Scenario) Scaled(f float64) Scenario {
 }
 
 // MaxRouteDelay is the longest a deregistered pod may stay in the data
-// plane's rotation, throttling aside: lag plus propagation.
+// plane's rotation, throttling aside: lag plus the longest propagation.
 func (s Scenario) MaxRouteDelay() time.Duration {
-	return s.ReconcileLag + s.ReconcileJitter + s.PropagationMax
+	return s.ReconcileLag + s.ReconcileJitter + s.PropagationBound()
+}
+
+// PropagationBound is the longest propagation delay a node draws: the
+// uniform maximum, or for LogNormal PropagationMin plus lognormalCap times
+// PropagationP99, where the lab cuts the tail so that a run ends.
+func (s Scenario) PropagationBound() time.Duration {
+	if s.Propagation == LogNormal {
+		return s.PropagationMin + lognormalCap*s.PropagationP99
+	}
+	return s.PropagationMax
+}
+
+// lognormalCap cuts log-normal draws at this many times their p99: with the
+// p99 at four times the median, a draw beyond it has a chance of about 1 in
+// 10^5.
+const lognormalCap = 4
+
+// propagation returns the delay distribution of data plane node i.
+func (s Scenario) propagation(seed uint64) dataplane.Propagation {
+	if s.Propagation != LogNormal {
+		return dataplane.Uniform(s.PropagationMin, s.PropagationMax, seed)
+	}
+	draw := dataplane.LogNormal(s.PropagationMedian, s.PropagationP99, seed)
+	bound := lognormalCap * s.PropagationP99
+	return func(ev dataplane.Event) time.Duration { return s.PropagationMin + min(draw(ev), bound) }
 }
 
 func (s Scenario) lbType() elbv2sim.LoadBalancerType {
@@ -116,7 +200,15 @@ func (s Scenario) lbType() elbv2sim.LoadBalancerType {
 // Flags set on the command line override the chosen scenario's knobs: call
 // Apply after parsing.
 func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Workload, "workload", s.Workload, "how pods stop: rolling (rolling updates), bluegreen (selector flip, old pods deleted after --scale-down-delay) or restart (a failing liveness probe)")
+	fs.DurationVar(&s.ScaleDownDelay, "scale-down-delay", s.ScaleDownDelay, "bluegreen: how long the old pods stay after the selector flip")
+	fs.DurationVar(&s.LivenessPeriod, "liveness-period", s.LivenessPeriod, "restart: the app's liveness probe period (Kubernetes' default 10s; 3 failures restart it)")
+	fs.BoolVar(&s.Sidecar, "sidecar", s.Sidecar, "a lab webhook called after draingate's adds a proxy sidecar that stops accepting on SIGTERM")
 	fs.StringVar(&s.LoadBalancer, "lb", s.LoadBalancer, "load balancer type: application or network")
+	fs.IntVar(&s.LBNodes, "lb-nodes", s.LBNodes, fmt.Sprintf("data plane nodes, each with its own propagation draws and source address (1-%d)", MaxLBNodes))
+	fs.StringVar(&s.Propagation, "propagation", s.Propagation, "propagation distribution: uniform (--propagation-min..max) or lognormal (--propagation-min plus --propagation-median/-p99)")
+	fs.DurationVar(&s.PropagationMedian, "propagation-median", s.PropagationMedian, "lognormal propagation: median")
+	fs.DurationVar(&s.PropagationP99, "propagation-p99", s.PropagationP99, "lognormal propagation: 99th percentile")
 	fs.DurationVar(&s.ReconcileLag, "reconcile-lag", s.ReconcileLag, "load balancer controller: fixed reconcile lag")
 	fs.DurationVar(&s.ReconcileJitter, "reconcile-jitter", s.ReconcileJitter, "load balancer controller: random extra lag, uniform in [0, this)")
 	fs.DurationVar(&s.PropagationMin, "propagation-min", s.PropagationMin, "data plane: least delay before it applies a target change")
@@ -134,8 +226,20 @@ func (s Scenario) Validate() error {
 	switch {
 	case s.LoadBalancer != string(elbv2sim.Application) && s.LoadBalancer != string(elbv2sim.Network):
 		return fmt.Errorf("load balancer %q: want application or network", s.LoadBalancer)
-	case s.PropagationMax < s.PropagationMin:
+	case s.Workload != Rolling && s.Workload != BlueGreen && s.Workload != Restart:
+		return fmt.Errorf("workload %q: want %s, %s or %s", s.Workload, Rolling, BlueGreen, Restart)
+	case s.LBNodes < 1 || s.LBNodes > MaxLBNodes:
+		return fmt.Errorf("lb-nodes %d: want 1 to %d", s.LBNodes, MaxLBNodes)
+	case s.Propagation != Uniform && s.Propagation != LogNormal:
+		return fmt.Errorf("propagation %q: want %s or %s", s.Propagation, Uniform, LogNormal)
+	case s.Propagation == Uniform && s.PropagationMax < s.PropagationMin:
 		return fmt.Errorf("propagation-max %s is below propagation-min %s", s.PropagationMax, s.PropagationMin)
+	case s.Propagation == LogNormal && (s.PropagationMedian <= 0 || s.PropagationP99 < s.PropagationMedian):
+		return fmt.Errorf("lognormal propagation needs a positive --propagation-median and --propagation-p99 at least as long (have %s and %s)", s.PropagationMedian, s.PropagationP99)
+	case s.Workload == Restart && s.LivenessPeriod <= 0:
+		return fmt.Errorf("restart needs a positive --liveness-period")
+	case s.ScaleDownDelay < 0:
+		return fmt.Errorf("scale-down-delay must not be negative")
 	case s.ReconcileLag < 0 || s.ReconcileJitter < 0 || s.PropagationMin < 0:
 		return fmt.Errorf("durations must not be negative")
 	case s.HealthCheckInterval <= 0 || s.HealthyThreshold < 1:

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -29,11 +30,14 @@ const (
 func sleepSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // deployment is the lab's app under one strategy: maxSurge 1,
-// maxUnavailable 0, the load balancer controller's readiness gate. Under
-// the draingate strategy the pods are plain: draingate's webhook injects
-// the agent because their namespace is labelled for it.
-func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
-	labels := map[string]string{"app": appName}
+// maxUnavailable 0. labels select its pods; gated pods carry the load
+// balancer controller's readiness gate (a pod outside every Service when it
+// is created, as blue/green's new pods are, can never pass it: the
+// controller's webhook would not give it one). Under the restart workload
+// the app has a liveness probe on /livez, which the lab makes fail. Under
+// the draingate strategy the pods are plain: draingate's webhook injects the
+// agent because their namespace is labelled for it.
+func deployment(name string, labels map[string]string, replicas int32, st Strategy, sc Scenario, gated bool) *appsv1.Deployment {
 	c := corev1.Container{
 		Name:            "app",
 		Image:           DemoImage,
@@ -45,14 +49,25 @@ func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
 			PeriodSeconds: 1,
 		},
 	}
+	if sc.Workload == Restart {
+		c.LivenessProbe = &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromString("http")}},
+			PeriodSeconds:    int32(max(1, sleepSeconds(sc.LivenessPeriod))),
+			FailureThreshold: 3,
+		}
+	}
 	graceSeconds := int64(grace.Seconds())
 	if st.Sleep > 0 {
 		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: sleepSeconds(st.Sleep)}}}
 		graceSeconds += sleepSeconds(st.Sleep)
 	}
+	var gates []corev1.PodReadinessGate
+	if gated {
+		gates = []corev1.PodReadinessGate{{ConditionType: lbc.ReadinessGatePrefix + tgbName}}
+	}
 	maxSurge, maxUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: appName},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -64,7 +79,7 @@ func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To(graceSeconds),
-					ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: lbc.ReadinessGatePrefix + tgbName}},
+					ReadinessGates:                gates,
 					Containers:                    []corev1.Container{c},
 				},
 			},
@@ -72,14 +87,21 @@ func deployment(replicas int32, st Strategy, sc Scenario) *appsv1.Deployment {
 	}
 }
 
-func service() *corev1.Service {
+// service selects the app's pods by selector.
+func service(selector map[string]string) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: appName},
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": appName},
+			Selector: selector,
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
 		},
 	}
+}
+
+// selectorPatch points the Service at other pods, as a blue/green switch does.
+func selectorPatch(selector map[string]string) []byte {
+	b, _ := json.Marshal(map[string]any{"spec": map[string]any{"selector": selector}})
+	return b
 }
 
 // restartPatch is what `kubectl rollout restart` sends.

@@ -1,0 +1,145 @@
+package lab
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"draingate.dev/draingate/internal/lab/report"
+	"draingate.dev/draingate/internal/sim/dataplane"
+)
+
+// loadBalancer is one strategy's data plane: Scenario.LBNodes nodes, each
+// with its own propagation draws (seeded apart), its own source address
+// (Env.LBSources) and its own listener on loopback, where the load spreads
+// over them round robin as clients resolving a load balancer's DNS name do.
+type loadBalancer struct {
+	bal     *dataplane.Balancer
+	nodes   []*dataplane.Proxy
+	urls    []string
+	servers []*http.Server
+	unsub   func()
+
+	mu       sync.Mutex
+	drainedA map[string]time.Time // target IP → first draining event
+}
+
+// startLB builds the nodes and feeds them the target group's events; the
+// caller defers close.
+func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
+	sc := r.o.Scenario
+	if len(r.env.LBSources) > 0 && sc.LBNodes > len(r.env.LBSources) {
+		return nil, fmt.Errorf("%d load balancer nodes, but the cluster has %d source addresses for them", sc.LBNodes, len(r.env.LBSources))
+	}
+	lb := &loadBalancer{drainedA: map[string]time.Time{}}
+	var cfgs []dataplane.Config
+	for i := range sc.LBNodes {
+		c := dataplane.Config{
+			Name: fmt.Sprintf("lb-%d", i+1),
+			// Apart per strategy and per node, repeatable from the seed.
+			Propagation: sc.propagation(r.o.Seed + uint64(idx)*1000 + uint64(i)),
+		}
+		if i < len(r.env.LBSources) {
+			addr, err := netip.ParseAddr(r.env.LBSources[i])
+			if err != nil {
+				return nil, fmt.Errorf("load balancer node source %q: %w", r.env.LBSources[i], err)
+			}
+			c.SourceIP = addr
+		}
+		cfgs = append(cfgs, c)
+	}
+	lb.bal = dataplane.NewBalancer(cfgs)
+	lb.nodes = lb.bal.Nodes()
+	events, unsubscribe := r.emu.Subscribe()
+	lb.unsub = unsubscribe
+	go func() {
+		for ev := range events {
+			if ev.TargetGroupARN != arn {
+				continue
+			}
+			if ev.To == "draining" {
+				lb.mu.Lock()
+				if _, seen := lb.drainedA[ev.Target.ID]; !seen {
+					lb.drainedA[ev.Target.ID] = ev.At
+				}
+				lb.mu.Unlock()
+			}
+			lb.bal.Apply(dataplane.Event{Target: dataplane.Target{ID: ev.Target.ID, Port: ev.Target.Port}, To: string(ev.To), At: ev.At})
+		}
+	}()
+	for _, n := range lb.nodes {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			lb.close()
+			return nil, err
+		}
+		srv := &http.Server{Handler: n, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		lb.servers = append(lb.servers, srv)
+		lb.urls = append(lb.urls, "http://"+ln.Addr().String()+"/")
+	}
+	return lb, nil
+}
+
+func (lb *loadBalancer) close() {
+	for _, s := range lb.servers {
+		s.Close()
+	}
+	lb.unsub()
+	lb.bal.Close()
+}
+
+// draining is when the control plane first put ip's target to draining.
+func (lb *loadBalancer) draining(ip string) time.Time {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.drainedA[ip]
+}
+
+// allOut says whether no node sends new requests to ip any more and each
+// took it out of rotation at some point.
+func (lb *loadBalancer) allOut(ip string) bool {
+	_, ok := lb.bal.StoppedAt(dataplane.Target{ID: ip, Port: appPort})
+	return ok && !lb.bal.InRotation(dataplane.Target{ID: ip, Port: appPort})
+}
+
+// rotationSteps turns the nodes' change logs into "pods in rotation", a pod
+// counting while at least one node sends it new requests.
+func rotationSteps(bal *dataplane.Balancer) []report.Step {
+	type change struct {
+		at   time.Time
+		node int
+		s    dataplane.Sample
+	}
+	var all []change
+	for i, n := range bal.Nodes() {
+		for _, s := range n.Timeline() {
+			all = append(all, change{s.AppliedAt, i, s})
+		}
+	}
+	sortChanges := func(a, b change) int { return a.at.Compare(b.at) }
+	slices.SortFunc(all, sortChanges)
+	in := map[dataplane.Target]map[int]bool{}
+	var out []report.Step
+	for _, c := range all {
+		if in[c.s.Target] == nil {
+			in[c.s.Target] = map[int]bool{}
+		}
+		in[c.s.Target][c.node] = c.s.InRotation
+		n := 0
+		for _, nodes := range in {
+			for _, v := range nodes {
+				if v {
+					n++
+					break
+				}
+			}
+		}
+		out = append(out, report.Step{At: c.at, N: n})
+	}
+	return out
+}

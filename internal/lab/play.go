@@ -1,0 +1,205 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"draingate.dev/draingate/internal/lab/sidecar"
+	"draingate.dev/draingate/internal/sim/lbc"
+)
+
+// play is one strategy's workload: how its pods come up, and how they are
+// made to stop (Scenario.Workload).
+type play struct {
+	r       *runner
+	st      Strategy
+	sc      Scenario
+	ns      string
+	gate    *gateSetup
+	lb      *loadBalancer
+	pods    *tracker
+	readyBy time.Duration
+
+	current string // bluegreen: the Deployment the Service selects
+}
+
+const versionLabel = "version" // bluegreen: one value per ReplicaSet
+
+// setup creates the Service, the binding to the target group arn and the
+// first pods, and waits until every replica is in every node's rotation.
+func (p *play) setup(ctx context.Context, arn string) error {
+	cl := p.r.env.Client
+	selector := map[string]string{"app": appName}
+	name, gated := appName, true
+	if p.sc.Workload == BlueGreen {
+		name, gated = appName+"-0", false
+		selector = map[string]string{"app": appName, versionLabel: "0"}
+		p.current = name
+	}
+	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}
+	if _, err := p.r.dyn.Resource(lbc.GVR).Namespace(p.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := cl.AppsV1().Deployments(p.ns).Create(ctx, deployment(name, selector, int32(p.r.o.Replicas), p.st, p.sc, gated), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := p.rolledOut(ctx, name); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.readyBy)
+	defer cancel()
+	if err := p.lb.bal.WaitInRotation(wctx, p.r.o.Replicas); err != nil {
+		return fmt.Errorf("waiting for %d targets in every load balancer node's rotation: %w", p.r.o.Replicas, err)
+	}
+	return nil
+}
+
+// rolledOut waits for a Deployment's rollout and checks the gate's
+// injection.
+func (p *play) rolledOut(ctx context.Context, name string) error {
+	if err := p.r.waitRollout(ctx, p.ns, name, p.readyBy); err != nil {
+		return fmt.Errorf("deployment %s: %w", name, err)
+	}
+	if p.gate != nil {
+		if err := injected(ctx, p.r.env.Client, p.ns); err != nil {
+			return err
+		}
+	}
+	if p.sc.Sidecar {
+		return sidecarInjected(ctx, p.r.env.Client, p.ns)
+	}
+	return nil
+}
+
+// sidecarInjected checks that the lab's sidecar webhook gave every running
+// pod of ns its proxy: a pod without one would measure another scenario.
+func sidecarInjected(ctx context.Context, cl kubernetes.Interface, ns string) error {
+	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp == nil && pod.Annotations[sidecar.Annotation] != sidecar.Injected {
+			return fmt.Errorf("pod %s/%s has no lab sidecar (no %s annotation): see the webhook's warning in the pod's events", ns, pod.Name, sidecar.Annotation)
+		}
+	}
+	return nil
+}
+
+// step makes pods stop once, the i-th time.
+func (p *play) step(ctx context.Context, i int) error {
+	cl := p.r.env.Client
+	switch p.sc.Workload {
+	case BlueGreen:
+		// The new ReplicaSet comes up outside the Service; once it is
+		// ready the Service flips to it, and after the scale-down delay the
+		// old one is scaled to zero.
+		name := appName + "-" + strconv.Itoa(i)
+		selector := map[string]string{"app": appName, versionLabel: strconv.Itoa(i)}
+		if _, err := cl.AppsV1().Deployments(p.ns).Create(ctx, deployment(name, selector, int32(p.r.o.Replicas), p.st, p.sc, false), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if err := p.rolledOut(ctx, name); err != nil {
+			return err
+		}
+		if _, err := cl.CoreV1().Services(p.ns).Patch(ctx, appName, types.MergePatchType, selectorPatch(selector), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		p.r.progress(p.st, "service switched to %s; old pods go in %s", name, p.sc.ScaleDownDelay)
+		select {
+		case <-time.After(p.sc.ScaleDownDelay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		old := p.current
+		p.current = name
+		_, err := cl.AppsV1().Deployments(p.ns).Patch(ctx, old, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+		return err
+	case Restart:
+		return p.restartOne(ctx, i)
+	default:
+		if _, err := cl.AppsV1().Deployments(p.ns).Patch(ctx, appName, types.StrategicMergePatchType, restartPatch(time.Now()), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return p.rolledOut(ctx, appName)
+	}
+}
+
+// restartOne makes the liveness probe of one pod not restarted yet fail,
+// then waits until the kubelet restarted its container and it is back in
+// every node's rotation.
+func (p *play) restartOne(ctx context.Context, i int) error {
+	var candidates []podRecord
+	for _, r := range p.pods.snapshot() {
+		if r.deletedAt.IsZero() && r.restarted.IsZero() && r.ip != "" {
+			candidates = append(candidates, r)
+		}
+	}
+	if len(candidates) == 0 {
+		return fmt.Errorf("restart %d: no running pod left that was not restarted", i)
+	}
+	slices.SortFunc(candidates, func(a, b podRecord) int { return strings.Compare(a.name, b.name) })
+	victim := candidates[0]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s:%d/fail-liveness", victim.ip, appPort), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("making pod %s's liveness probe fail: %w", victim.name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("making pod %s's liveness probe fail: %s", victim.name, resp.Status)
+	}
+	p.r.progress(p.st, "pod %s: liveness probe failing from now on", victim.name)
+	restartBy := p.readyBy + grace + p.hook() + 4*p.sc.LivenessPeriod
+	if err := waitFor(ctx, restartBy, func() bool { return p.pods.restartedAt(victim.name) }); err != nil {
+		return fmt.Errorf("pod %s's container was not restarted: %w", victim.name, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.readyBy)
+	defer cancel()
+	return p.lb.bal.WaitInRotation(wctx, p.r.o.Replicas)
+}
+
+// hook is the longest a preStop hook of this strategy holds SIGTERM.
+func (p *play) hook() time.Duration {
+	if p.gate != nil {
+		return p.gate.MaxWait
+	}
+	return p.st.Sleep
+}
+
+// settle waits until every stopped pod has exited and, when it was deleted,
+// left every node's rotation.
+func (p *play) settle(ctx context.Context) error {
+	tailBy := grace + p.hook() + p.sc.MaxRouteDelay() + p.sc.ScaleDownDelay + time.Minute
+	if err := waitFor(ctx, tailBy, func() bool { return p.pods.exitPending() == 0 }); err != nil {
+		return fmt.Errorf("stopped pods did not exit: %w", err)
+	}
+	out := func() bool {
+		for _, r := range p.pods.snapshot() {
+			if !r.deletedAt.IsZero() && r.ip != "" && !p.lb.allOut(r.ip) {
+				return false
+			}
+		}
+		return true
+	}
+	if err := waitFor(ctx, p.sc.MaxRouteDelay()+time.Minute, out); err != nil && !throttled(p.sc) {
+		return fmt.Errorf("deleted pods still in the data plane's rotation: %w", err)
+	}
+	return nil
+}
