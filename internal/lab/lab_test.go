@@ -186,8 +186,11 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 			} else if len(s.Terminations) != replicas {
 				t.Errorf("terminations measured: %d, want %d", len(s.Terminations), replicas)
 			}
-			if len(s.Pods) != stopped || len(s.GateELBv2Calls) == 0 {
-				t.Errorf("%d stopped pods reported, want %d; draingate's ELBv2 calls %v", len(s.Pods), stopped, s.GateELBv2Calls)
+			// Whether draingate asked AWS at all is a finding, not a
+			// requirement: it does not for pods it sees out of every route
+			// (bluegreen) or not terminating (restart).
+			if len(s.Pods) != stopped {
+				t.Errorf("%d stopped pods reported, want %d", len(s.Pods), stopped)
 			}
 			released := 0
 			for _, n := range s.Releases {
