@@ -91,20 +91,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	fs.StringVar(&c.pngPath, "png", "", "write a timeline per strategy as PNG to this file")
 	seed := commonFlags(fs, &c.opts)
 	c.scenario.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, errBuf.String(), cli.Help, "\n")
-			return nil, err
-		}
-		return nil, errors.New(strings.TrimSpace(strings.SplitN(errBuf.String(), "\n", 2)[0]))
-	}
-	if err := cli.Apply(fs, getenv); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if err := checkCommon(c.opts); err != nil {
+	if err := parseFlags(fs, &errBuf, args, getenv, stderr, &c.opts); err != nil {
 		return nil, err
 	}
 	if err := c.scenario.Validate(); err != nil {
@@ -144,6 +131,26 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 		return nil
 	})
 	return fs.Uint64("seed", 0, "random seed for lags and propagation delays (0: a new one per run, printed in the report)")
+}
+
+// parseFlags parses args into fs (whose output is errBuf), applies the
+// DRAINGATE_<FLAG> fallbacks and checks the shared options o (already
+// filled by parsing): one clear error for every mistake.
+func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv func(string) string, stderr io.Writer, o *lab.Options) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, errBuf.String(), cli.Help, "\n")
+			return err
+		}
+		return errors.New(strings.TrimSpace(strings.SplitN(errBuf.String(), "\n", 2)[0]))
+	}
+	if err := cli.Apply(fs, getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return checkCommon(*o)
 }
 
 func checkCommon(o lab.Options) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/lab"
 	"draingate.dev/draingate/internal/lab/report"
 )
@@ -35,20 +33,7 @@ func parseMatrix(args []string, getenv func(string) string, stderr io.Writer) (*
 	strategies := fs.String("strategies", "none,sleep:30s,draingate", "comma-separated strategies, as for run")
 	fs.StringVar(&m.out, "out", "lab-matrix", "folder for scoreboard.md, scoreboard.json and each scenario's JSON and PNG (created if missing)")
 	seed := commonFlags(fs, &m.opts)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, errBuf.String(), cli.Help, "\n")
-			return nil, err
-		}
-		return nil, errors.New(strings.TrimSpace(strings.SplitN(errBuf.String(), "\n", 2)[0]))
-	}
-	if err := cli.Apply(fs, getenv); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if err := checkCommon(m.opts); err != nil {
+	if err := parseFlags(fs, &errBuf, args, getenv, stderr, &m.opts); err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}

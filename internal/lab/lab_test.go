@@ -13,15 +13,9 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate is the lab end to end
-// on the real cluster, shortened by a time scale: a rollout under load fails
-// requests with no preStop hook, and fails none with a sleep longer than the
-// controller's lag plus the data plane's propagation, nor with the draingate
-// agent waiting for the gate server.
-func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
-	c := testenv.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+// loadImages builds the demo app, gate server and agent images into c.
+func loadImages(ctx context.Context, t *testing.T, c *testenv.Cluster) {
+	t.Helper()
 	for _, img := range []struct{ ref, pkg string }{
 		{DemoImage, "./cmd/draingate-demoapp"},
 		{ServerImage, "./cmd/draingate"},
@@ -31,6 +25,18 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate is the lab end to end
+// on the real cluster, shortened by a time scale: a rollout under load fails
+// requests with no preStop hook, and fails none with a sleep longer than the
+// controller's lag plus the data plane's propagation, nor with the draingate
+// agent waiting for the gate server.
+func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
+	c := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	loadImages(ctx, t, c)
 	const scale = 0.25
 	sc := Scenarios["alb"].Scaled(scale)
 	long := Strategy{Name: "sleep:long", Sleep: sc.MaxRouteDelay() + 3*time.Second}
@@ -148,15 +154,7 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 	c := testenv.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
-	for _, img := range []struct{ ref, pkg string }{
-		{DemoImage, "./cmd/draingate-demoapp"},
-		{ServerImage, "./cmd/draingate"},
-		{AgentImage, "./cmd/draingate-prestop"},
-	} {
-		if err := c.LoadGoImage(ctx, img.ref, img.pkg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadImages(ctx, t, c)
 	const scale, replicas = 0.2, 2
 	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()}
 	for _, name := range ScenarioNames() {

@@ -6,6 +6,7 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -60,3 +61,27 @@ func (b *SyncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// ClosedListener wraps a net.Listener and tells a test when the code under
+// test closed it (Closed is closed then), e.g. when a server's shutdown
+// stopped accepting.
+type ClosedListener struct {
+	net.Listener
+	once   sync.Once
+	closed chan struct{}
+}
+
+// NewClosedListener wraps ln.
+func NewClosedListener(ln net.Listener) *ClosedListener {
+	return &ClosedListener{Listener: ln, closed: make(chan struct{})}
+}
+
+// Close closes the listener and marks it closed.
+func (l *ClosedListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { close(l.closed) })
+	return err
+}
+
+// Closed is closed once Close was called.
+func (l *ClosedListener) Closed() <-chan struct{} { return l.closed }

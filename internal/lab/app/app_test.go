@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,22 +20,9 @@ import (
 	"draingate.dev/draingate/internal/testutil"
 )
 
-// closeNotifyListener tells the test when http.Server.Shutdown has closed it.
-type closeNotifyListener struct {
-	net.Listener
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (l *closeNotifyListener) Close() error {
-	err := l.Listener.Close()
-	l.once.Do(func() { close(l.closed) })
-	return err
-}
-
 type running struct {
 	addr     string
-	ln       *closeNotifyListener
+	ln       *testutil.ClosedListener
 	log      *testutil.SyncBuffer
 	sigterm  context.CancelFunc
 	finished chan struct{}
@@ -52,7 +38,7 @@ func start(t *testing.T, s *Server) *running {
 	}
 	r := &running{
 		addr:     inner.Addr().String(),
-		ln:       &closeNotifyListener{Listener: inner, closed: make(chan struct{})},
+		ln:       testutil.NewClosedListener(inner),
 		log:      &testutil.SyncBuffer{},
 		finished: make(chan struct{}),
 	}
@@ -146,7 +132,7 @@ func TestInFlightRequestFinishesAfterSigterm(t *testing.T) {
 
 	<-inHandler
 	r.sigterm()
-	<-r.ln.closed // Shutdown has begun and stopped accepting
+	<-r.ln.Closed() // Shutdown has begun and stopped accepting
 	select {
 	case <-r.finished:
 		t.Fatalf("Serve returned (%v) with a request still in flight", r.err)
@@ -178,7 +164,7 @@ func TestNewConnectionsRefusedAfterSigterm(t *testing.T) {
 	<-inHandler // keeps the server shutting down, not yet gone
 
 	r.sigterm()
-	<-r.ln.closed
+	<-r.ln.Closed()
 	c, err := net.Dial("tcp", r.addr)
 	if err == nil {
 		c.Close()

@@ -10,26 +10,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"draingate.dev/draingate/internal/testutil"
 )
-
-// closeNotifyListener tells the test when Serve has closed it.
-type closeNotifyListener struct {
-	net.Listener
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (l *closeNotifyListener) Close() error {
-	err := l.Listener.Close()
-	l.once.Do(func() { close(l.closed) })
-	return err
-}
 
 // backend is the app behind the proxy, on loopback.
 func backend(t *testing.T, h http.Handler) string {
@@ -46,7 +32,7 @@ func backend(t *testing.T, h http.Handler) string {
 
 type running struct {
 	addr     string
-	ln       *closeNotifyListener
+	ln       *testutil.ClosedListener
 	log      *testutil.SyncBuffer
 	sigterm  context.CancelFunc
 	finished chan struct{}
@@ -63,7 +49,7 @@ func start(t *testing.T, to string, drain time.Duration) *running {
 	}
 	r := &running{
 		addr:     inner.Addr().String(),
-		ln:       &closeNotifyListener{Listener: inner, closed: make(chan struct{})},
+		ln:       testutil.NewClosedListener(inner),
 		log:      &testutil.SyncBuffer{},
 		finished: make(chan struct{}),
 	}
@@ -214,7 +200,7 @@ func TestInFlightRequestFinishesAndNewDialRefusedAfterSigterm(t *testing.T) {
 	<-inHandler
 
 	r.sigterm()
-	<-r.ln.closed
+	<-r.ln.Closed()
 	c, err := net.Dial("tcp", r.addr)
 	if err == nil {
 		c.Close()
