@@ -18,6 +18,11 @@ type DrainRequest struct {
 	// Wait is how long the server may hold the request for a release; zero
 	// asks for the current verdict at once. The server caps it.
 	Wait time.Duration
+	// Traffic is the agent's evidence of what its pod still receives; nil
+	// when it has none. An older server ignores it (unknown query
+	// parameters are ignored), so it can only make a wait shorter or
+	// longer on a server that understands it.
+	Traffic *Traffic
 }
 
 // RequestError is a drain request the server must refuse. Its message is one
@@ -43,8 +48,8 @@ func badRequest(format string, args ...any) error {
 }
 
 // ParseDrainRequest reads a drain request from the method and URL of an HTTP
-// request. Its errors are *RequestError. Query parameters other than uid and
-// wait are ignored, so a newer agent can still ask an older server.
+// request. Its errors are *RequestError. Query parameters other than uid, wait
+// and traffic are ignored, so a newer agent can still ask an older server.
 func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if method != "GET" {
 		return DrainRequest{}, &RequestError{
@@ -66,7 +71,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if err != nil {
 		return DrainRequest{}, badRequest("the query string is malformed: %v", err)
 	}
-	for _, k := range []string{"uid", "wait"} {
+	for _, k := range []string{"uid", "wait", "traffic"} {
 		if n := len(q[k]); n > 1 {
 			return DrainRequest{}, badRequest("query parameter %s is given %d times: give it once", k, n)
 		}
@@ -78,6 +83,11 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 			return DrainRequest{}, badRequest("wait %s is not a duration such as 20s or 1m30s", quote(w[0]))
 		}
 		r.Wait = d
+	}
+	if tr, ok := q["traffic"]; ok {
+		if r.Traffic, err = ParseTraffic(tr[0]); err != nil {
+			return DrainRequest{}, err
+		}
 	}
 	if err := r.Validate(); err != nil {
 		return DrainRequest{}, err
@@ -120,6 +130,9 @@ func (r DrainRequest) URL(base string) string {
 		// Duration.String parses back to the same value, so the server reads
 		// exactly what the agent meant.
 		q.Set("wait", r.Wait.String())
+	}
+	if r.Traffic != nil {
+		q.Set("traffic", EncodeTraffic(r.Traffic))
 	}
 	s := strings.TrimRight(base, "/") + r.Path()
 	if len(q) > 0 {

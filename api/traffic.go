@@ -1,0 +1,240 @@
+package api
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Traffic is the agent's summary of the inbound TCP traffic its pod received
+// while the agent watched, as of the moment it asks: the evidence the server
+// weighs against a route's tail. Times are ages before that moment, so the
+// agent's and the server's clocks never meet.
+//
+// An arrival is one burst of bytes received on one inbound connection
+// between two of the agent's samples (a request, as far as the agent can
+// tell), or a new inbound connection. Several requests on one connection
+// between two samples count as one, which makes the rates the server fits
+// lower, never higher: its quiet bounds only get longer.
+//
+// A nil *Traffic is no evidence (an agent that cannot see its sockets, or an
+// older agent); the server then relies on tails alone.
+type Traffic struct {
+	// Watched is how long the agent has been sampling.
+	Watched time.Duration
+	// Sources is per remote address and local port, at most
+	// MaxTrafficSources, the busiest kept.
+	Sources []SourceTraffic
+	// Unknown counts arrivals the agent could not attribute: connections
+	// that opened (the namespace's passive-open counter rose) and closed
+	// between two samples. Their port is unknown, so they count against
+	// every route. Port is zero.
+	Unknown SourceTraffic
+}
+
+// SourceTraffic is what one remote address sent to one local port.
+type SourceTraffic struct {
+	Addr netip.Addr // zero for Traffic.Unknown
+	Port uint16     // the pod's own (local) port; zero for Traffic.Unknown
+	// Arrivals counts arrivals while the agent watched.
+	Arrivals int
+	// First is the age of the first arrival counted; Last the ages of the
+	// latest ones, the most recent first, at most MaxTrafficAges.
+	First time.Duration
+	Last  []time.Duration
+}
+
+// Bounds of a Traffic summary, so that a query string stays small (well
+// under 8 KiB) and the server's work per ask stays bounded.
+const (
+	MaxTrafficSources = 32
+	MaxTrafficAges    = 16
+)
+
+// trafficVersion leads the encoding; a server refuses other versions so
+// that a later agent's change of meaning is never misread.
+const trafficVersion = "1"
+
+// EncodeTraffic writes t for the drain request's "traffic" query parameter:
+//
+//	1;w=<watched ms>;s=<addr>,<port>,<arrivals>,<first ms>,<age ms>.<age ms>...;u=<arrivals>,<first ms>,<ages>
+//
+// Durations are whole milliseconds. Sources past MaxTrafficSources and ages
+// past MaxTrafficAges are dropped.
+func EncodeTraffic(t *Traffic) string {
+	if t == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(trafficVersion)
+	b.WriteString(";w=")
+	b.WriteString(ms(t.Watched))
+	for i, s := range t.Sources {
+		if i == MaxTrafficSources {
+			break
+		}
+		b.WriteString(";s=")
+		b.WriteString(s.Addr.String())
+		b.WriteString(",")
+		b.WriteString(strconv.Itoa(int(s.Port)))
+		b.WriteString(",")
+		writeArrivals(&b, s)
+	}
+	if t.Unknown.Arrivals > 0 {
+		b.WriteString(";u=")
+		writeArrivals(&b, t.Unknown)
+	}
+	return b.String()
+}
+
+func writeArrivals(b *strings.Builder, s SourceTraffic) {
+	b.WriteString(strconv.Itoa(s.Arrivals))
+	b.WriteString(",")
+	b.WriteString(ms(s.First))
+	b.WriteString(",")
+	for i, a := range s.Last {
+		if i == MaxTrafficAges {
+			break
+		}
+		if i > 0 {
+			b.WriteString(".")
+		}
+		b.WriteString(ms(a))
+	}
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(max(d, 0).Milliseconds(), 10) }
+
+// maxTrafficMillis bounds every duration the server accepts: a week.
+const maxTrafficMillis = 7 * 24 * 3600 * 1000
+
+// ParseTraffic reads what EncodeTraffic wrote. Its errors are *RequestError
+// with status 400. It checks the summary is consistent: ages within the
+// watched time, the latest ages most recent first and no older than First,
+// no more ages than arrivals, no source twice, within the bounds above.
+func ParseTraffic(s string) (*Traffic, error) {
+	if len(s) > 8<<10 {
+		return nil, badRequest("traffic is %d bytes: at most %d", len(s), 8<<10)
+	}
+	parts := strings.Split(s, ";")
+	if parts[0] != trafficVersion {
+		return nil, badRequest("traffic version %s is not understood: want %s", quote(parts[0]), trafficVersion)
+	}
+	if len(parts) < 2 || !strings.HasPrefix(parts[1], "w=") {
+		return nil, badRequest("traffic has no watched time (w=)")
+	}
+	w, err := millis(parts[1][2:])
+	if err != nil {
+		return nil, badRequest("traffic watched time: %v", err)
+	}
+	t := &Traffic{Watched: w}
+	seen := map[netip.AddrPort]bool{}
+	unknown := false
+	for _, p := range parts[2:] {
+		switch {
+		case strings.HasPrefix(p, "s="):
+			if len(t.Sources) == MaxTrafficSources {
+				return nil, badRequest("traffic has more than %d sources", MaxTrafficSources)
+			}
+			f := strings.SplitN(p[2:], ",", 3)
+			if len(f) != 3 {
+				return nil, badRequest("traffic source %s: want addr,port,arrivals,first,ages", quote(p))
+			}
+			addr, err := netip.ParseAddr(f[0])
+			if err != nil || addr.Zone() != "" {
+				return nil, badRequest("traffic source address %s is not an IP address", quote(f[0]))
+			}
+			addr = addr.Unmap()
+			port, err := strconv.ParseUint(f[1], 10, 16)
+			if !digits(f[1]) || err != nil || port == 0 {
+				return nil, badRequest("traffic source port %s is not a port number", quote(f[1]))
+			}
+			key := netip.AddrPortFrom(addr, uint16(port))
+			if seen[key] {
+				return nil, badRequest("traffic source %s is given twice", key)
+			}
+			seen[key] = true
+			st, err := parseArrivals(f[2], w)
+			if err != nil {
+				return nil, badRequest("traffic source %s: %v", key, err)
+			}
+			st.Addr, st.Port = addr, uint16(port)
+			t.Sources = append(t.Sources, st)
+		case strings.HasPrefix(p, "u="):
+			if unknown {
+				return nil, badRequest("traffic gives unknown arrivals twice")
+			}
+			unknown = true
+			st, err := parseArrivals(p[2:], w)
+			if err != nil {
+				return nil, badRequest("traffic unknown arrivals: %v", err)
+			}
+			t.Unknown = st
+		default:
+			return nil, badRequest("traffic part %s is neither s= nor u=", quote(p))
+		}
+	}
+	return t, nil
+}
+
+func parseArrivals(s string, watched time.Duration) (SourceTraffic, error) {
+	f := strings.Split(s, ",")
+	if len(f) != 3 {
+		return SourceTraffic{}, fmt.Errorf("want arrivals,first,ages")
+	}
+	n, err := strconv.Atoi(f[0])
+	if !digits(f[0]) || err != nil || n < 1 || n > 1<<30 {
+		return SourceTraffic{}, fmt.Errorf("arrivals %s is not a count from 1", quote(f[0]))
+	}
+	st := SourceTraffic{Arrivals: n}
+	if st.First, err = millis(f[1]); err != nil {
+		return SourceTraffic{}, fmt.Errorf("first: %v", err)
+	}
+	if st.First > watched {
+		return SourceTraffic{}, fmt.Errorf("first arrival %s ago is before the watch began %s ago", st.First, watched)
+	}
+	if f[2] == "" {
+		return SourceTraffic{}, fmt.Errorf("no ages of latest arrivals")
+	}
+	ages := strings.Split(f[2], ".")
+	if len(ages) > MaxTrafficAges || len(ages) > n {
+		return SourceTraffic{}, fmt.Errorf("%d ages for %d arrivals (at most %d)", len(ages), n, MaxTrafficAges)
+	}
+	prev := time.Duration(-1)
+	for _, a := range ages {
+		d, err := millis(a)
+		if err != nil {
+			return SourceTraffic{}, fmt.Errorf("age: %v", err)
+		}
+		if d < prev || d > st.First {
+			return SourceTraffic{}, fmt.Errorf("ages must grow from the latest arrival to at most the first's")
+		}
+		prev = d
+		st.Last = append(st.Last, d)
+	}
+	return st, nil
+}
+
+func millis(s string) (time.Duration, error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if !digits(s) || err != nil || v > maxTrafficMillis {
+		return 0, fmt.Errorf("%s is not milliseconds from 0 to a week", quote(s))
+	}
+	return time.Duration(v) * time.Millisecond, nil
+}
+
+// digits reports whether s is a number as EncodeTraffic writes one: decimal
+// digits, no sign, no leading zero.
+func digits(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
