@@ -44,6 +44,10 @@ type SourceTraffic struct {
 	// latest ones, the most recent first, at most MaxTrafficAges.
 	First time.Duration
 	Last  []time.Duration
+	// MaxGap is the longest pause between two consecutive arrivals
+	// counted (zero with one arrival): it keeps a bursty source from
+	// passing for a steady one whose pause means it stopped.
+	MaxGap time.Duration
 }
 
 // Bounds of a Traffic summary, so that a query string stays small (well
@@ -59,7 +63,7 @@ const trafficVersion = "1"
 
 // EncodeTraffic writes t for the drain request's "traffic" query parameter:
 //
-//	1;w=<watched ms>;s=<addr>,<port>,<arrivals>,<first ms>,<age ms>.<age ms>...;u=<arrivals>,<first ms>,<ages>
+//	1;w=<watched ms>;s=<addr>,<port>,<arrivals>,<first ms>,<max gap ms>,<age ms>.<age ms>...;u=<arrivals>,<first ms>,<max gap ms>,<ages>
 //
 // Durations are whole milliseconds. Sources past MaxTrafficSources and ages
 // past MaxTrafficAges are dropped.
@@ -94,6 +98,8 @@ func writeArrivals(b *strings.Builder, s SourceTraffic) {
 	b.WriteString(",")
 	b.WriteString(ms(s.First))
 	b.WriteString(",")
+	b.WriteString(ms(s.MaxGap))
+	b.WriteString(",")
 	for i, a := range s.Last {
 		if i == MaxTrafficAges {
 			break
@@ -113,6 +119,7 @@ const maxTrafficMillis = 7 * 24 * 3600 * 1000
 // ParseTraffic reads what EncodeTraffic wrote. Its errors are *RequestError
 // with status 400. It checks the summary is consistent: ages within the
 // watched time, the latest ages most recent first and no older than First,
+// the longest gap within the span,
 // no more ages than arrivals, no source twice, within the bounds above.
 func ParseTraffic(s string) (*Traffic, error) {
 	if len(s) > 8<<10 {
@@ -140,7 +147,7 @@ func ParseTraffic(s string) (*Traffic, error) {
 			}
 			f := strings.SplitN(p[2:], ",", 3)
 			if len(f) != 3 {
-				return nil, badRequest("traffic source %s: want addr,port,arrivals,first,ages", quote(p))
+				return nil, badRequest("traffic source %s: want addr,port,arrivals,first,gap,ages", quote(p))
 			}
 			addr, err := netip.ParseAddr(f[0])
 			if err != nil || addr.Zone() != "" {
@@ -181,8 +188,8 @@ func ParseTraffic(s string) (*Traffic, error) {
 
 func parseArrivals(s string, watched time.Duration) (SourceTraffic, error) {
 	f := strings.Split(s, ",")
-	if len(f) != 3 {
-		return SourceTraffic{}, fmt.Errorf("want arrivals,first,ages")
+	if len(f) != 4 {
+		return SourceTraffic{}, fmt.Errorf("want arrivals,first,gap,ages")
 	}
 	n, err := strconv.Atoi(f[0])
 	if !digits(f[0]) || err != nil || n < 1 || n > 1<<30 {
@@ -195,10 +202,16 @@ func parseArrivals(s string, watched time.Duration) (SourceTraffic, error) {
 	if st.First > watched {
 		return SourceTraffic{}, fmt.Errorf("first arrival %s ago is before the watch began %s ago", st.First, watched)
 	}
-	if f[2] == "" {
+	if st.MaxGap, err = millis(f[2]); err != nil {
+		return SourceTraffic{}, fmt.Errorf("gap: %v", err)
+	}
+	if st.MaxGap > st.First {
+		return SourceTraffic{}, fmt.Errorf("longest gap %s is longer than the arrivals' span", st.MaxGap)
+	}
+	if f[3] == "" {
 		return SourceTraffic{}, fmt.Errorf("no ages of latest arrivals")
 	}
-	ages := strings.Split(f[2], ".")
+	ages := strings.Split(f[3], ".")
 	if len(ages) > MaxTrafficAges || len(ages) > n {
 		return SourceTraffic{}, fmt.Errorf("%d ages for %d arrivals (at most %d)", len(ages), n, MaxTrafficAges)
 	}

@@ -13,14 +13,14 @@ func TestTrafficRoundTrip(t *testing.T) {
 	in := &Traffic{
 		Watched: 42 * time.Second,
 		Sources: []SourceTraffic{
-			{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Arrivals: 120, First: 41 * time.Second,
+			{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Arrivals: 120, First: 41 * time.Second, MaxGap: 1500 * time.Millisecond,
 				Last: []time.Duration{300 * time.Millisecond, 650 * time.Millisecond, time.Second}},
 			{Addr: netip.MustParseAddr("fd00::7"), Port: 443, Arrivals: 1, First: 2 * time.Second, Last: []time.Duration{2 * time.Second}},
 		},
 		Unknown: SourceTraffic{Arrivals: 2, First: 5 * time.Second, Last: []time.Duration{time.Second, 5 * time.Second}},
 	}
 	s := EncodeTraffic(in)
-	if want := "1;w=42000;s=10.245.0.11,8080,120,41000,300.650.1000;s=fd00::7,443,1,2000,2000;u=2,5000,1000.5000"; s != want {
+	if want := "1;w=42000;s=10.245.0.11,8080,120,41000,1500,300.650.1000;s=fd00::7,443,1,2000,0,2000;u=2,5000,0,1000.5000"; s != want {
 		t.Errorf("EncodeTraffic = %q, want %q", s, want)
 	}
 	out, err := ParseTraffic(s)
@@ -61,17 +61,18 @@ func TestParseTrafficRefuses(t *testing.T) {
 		{"1;w=+5", "milliseconds"},
 		{"1;w=05", "milliseconds"},
 		{"1;w=999999999999", "milliseconds"},
-		{"1;w=10;s=10.0.0.1,80,1,20,5", "before the watch began"},
-		{"1;w=10;s=10.0.0.1,80,1,5,3.4", "2 ages for 1 arrivals"},
-		{"1;w=10;s=10.0.0.1,80,2,5,4.3", "ages must grow"},
-		{"1;w=10;s=10.0.0.1,80,2,5,", "no ages"},
-		{"1;w=10;s=10.0.0.1,0,1,5,5", "port"},
-		{"1;w=10;s=host,80,1,5,5", "not an IP"},
-		{"1;w=10;s=fe80::1%eth0,80,1,5,5", "not an IP"},
-		{"1;w=10;s=10.0.0.1,80,1,5,5;s=::ffff:10.0.0.1,80,1,5,5", "twice"},
-		{"1;w=10;s=10.0.0.1,80,0,5,5", "count from 1"},
-		{"1;w=10;u=1,5,5;u=1,5,5", "twice"},
+		{"1;w=10;s=10.0.0.1,80,1,20,0,5", "before the watch began"},
+		{"1;w=10;s=10.0.0.1,80,1,5,0,3.4", "2 ages for 1 arrivals"},
+		{"1;w=10;s=10.0.0.1,80,2,5,1,4.3", "ages must grow"},
+		{"1;w=10;s=10.0.0.1,80,2,5,1,", "no ages"},
+		{"1;w=10;s=10.0.0.1,0,1,5,0,5", "port"},
+		{"1;w=10;s=host,80,1,5,0,5", "not an IP"},
+		{"1;w=10;s=fe80::1%eth0,80,1,5,0,5", "not an IP"},
+		{"1;w=10;s=10.0.0.1,80,1,5,0,5;s=::ffff:10.0.0.1,80,1,5,0,5", "twice"},
+		{"1;w=10;s=10.0.0.1,80,0,5,0,5", "count from 1"},
+		{"1;w=10;u=1,5,0,5;u=1,5,0,5", "twice"},
 		{"1;w=10;x=1", "neither"},
+		{"1;w=10;s=10.0.0.1,80,2,5,6,4.3", "longest gap"},
 		{"1;w=10;s=10.0.0.1,80", "want addr"},
 		{"1;w=10;" + strings.Repeat("x", 9000), "bytes"},
 	} {
@@ -86,9 +87,9 @@ func TestParseTrafficRefuses(t *testing.T) {
 // FuzzParseTraffic: the summary the server accepts never panics the parser,
 // is refused only with a 400, and survives EncodeTraffic unchanged.
 func FuzzParseTraffic(f *testing.F) {
-	f.Add("1;w=42000;s=10.245.0.11,8080,120,41000,300.650.1000;s=fd00::7,443,1,2000,2000;u=2,5000,1000.5000")
+	f.Add("1;w=42000;s=10.245.0.11,8080,120,41000,1500,300.650.1000;s=fd00::7,443,1,2000,0,2000;u=2,5000,0,1000.5000")
 	f.Add("1;w=0")
-	f.Add("1;w=10;s=::ffff:10.0.0.1,80,1,5,5")
+	f.Add("1;w=10;s=::ffff:10.0.0.1,80,1,5,0,5")
 	f.Fuzz(func(t *testing.T, s string) {
 		tr, err := ParseTraffic(s)
 		if err != nil {

@@ -35,8 +35,23 @@ type Route struct {
 	// taken the pod out, and consumers have had time to notice); nil while
 	// the owner still routes to the pod.
 	TailEnds *time.Time `json:"tail_ends,omitempty"`
-	Detail   string     `json:"detail,omitempty"`
+	// QuietBy is set when the pod's own traffic evidence weighs on the
+	// route: it closes then if nothing arrives on it before. The server
+	// answers a long-poll at that time, so the agent's next ask brings the
+	// fresh evidence that closes the route.
+	QuietBy *time.Time `json:"quiet_by,omitempty"`
+	// ClosedBy says what closed a closed route: ClosedByTail or
+	// ClosedByTraffic (the evidence ended the wait before the tail's end,
+	// or kept it open past it).
+	ClosedBy string `json:"closed_by,omitempty"`
+	Detail   string `json:"detail,omitempty"`
 }
+
+// Route.ClosedBy values.
+const (
+	ClosedByTail    = "tail"
+	ClosedByTraffic = "traffic"
+)
 
 // String is the route as a log line fragment: "kind/name state".
 func (r Route) String() string {

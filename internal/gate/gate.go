@@ -19,6 +19,9 @@ type Pod struct {
 	// deletionTimestamp less the app's shutdown reserve. Zero means no
 	// deadline.
 	Deadline time.Time
+	// Evidence is the pod's latest traffic evidence from its agent; nil
+	// when it sent none.
+	Evidence *Evidence
 }
 
 // RouteKey names one route: its source's kind and the owner's name.
@@ -104,7 +107,7 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 			}
 		}
 		next.Routes[k] = m
-		judged[k] = Assess(now, o, m.OutSince)
+		judged[k] = Assess(now, o, m.OutSince, pod.Evidence)
 	}
 	for k, m := range prev.Routes {
 		if _, ok := judged[k]; !ok {
@@ -169,6 +172,9 @@ func NextChange(now time.Time, pod Pod, v api.Verdict) time.Time {
 	for _, r := range v.Routes {
 		if r.TailEnds != nil {
 			consider(*r.TailEnds)
+		}
+		if r.QuietBy != nil {
+			consider(*r.QuietBy)
 		}
 	}
 	return next

@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -155,14 +156,14 @@ func TestErrorNeverReleasesEarly(t *testing.T) {
 	// shown, the error named; one good read closes it at once.
 	o := withErr(out("a", 20*time.Second))
 	now := at.Add(time.Hour)
-	a := Assess(now, o, at)
+	a := Assess(now, o, at, nil)
 	if a.Phase != PhaseOut || a.Route.State != "gone" || a.Route.TailEnds == nil ||
 		!a.Route.TailEnds.Equal(at.Add(20*time.Second)) || !strings.Contains(a.Route.Detail, "Throttling") ||
 		!strings.Contains(a.Route.Detail, "successful read") {
 		t.Errorf("errored after tail: %+v", a)
 	}
 	o.Err = nil
-	if a := Assess(now, o, at); a.Phase != PhaseClosed {
+	if a := Assess(now, o, at, nil); a.Phase != PhaseClosed {
 		t.Errorf("good read after tail: %+v", a)
 	}
 }
@@ -334,7 +335,7 @@ func TestRememberedRouteStaysOpen(t *testing.T) {
 }
 
 func TestAssessOutSinceNotRecorded(t *testing.T) {
-	a := Assess(deadline, out("a", time.Second), time.Time{})
+	a := Assess(deadline, out("a", time.Second), time.Time{}, nil)
 	if a.Phase != PhaseOut || a.Route.TailEnds != nil || !strings.Contains(a.Route.Detail, "not recorded") {
 		t.Errorf("%+v", a)
 	}
@@ -363,7 +364,7 @@ func TestStepIsPure(t *testing.T) {
 		t.Errorf("two calls differ: %q vs %q", a.Message, b.Message)
 	}
 	for i := range obs {
-		if obs[i] != before[i] {
+		if !reflect.DeepEqual(obs[i], before[i]) {
 			t.Errorf("input %d modified", i)
 		}
 	}

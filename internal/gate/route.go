@@ -44,6 +44,12 @@ type Observation struct {
 	// names it in sentences ("EndpointSlice", "ALB").
 	Tail     time.Duration
 	TailName string
+
+	// Ports are the pod's own ports the route's traffic arrives on (a
+	// target group's target ports). When set, the pod's traffic evidence
+	// (Pod.Evidence) from remote sources on these ports shortens or
+	// lengthens the tail; empty, the tail alone decides.
+	Ports []uint16
 }
 
 // Phase is where a route stands for the gate.
@@ -88,7 +94,16 @@ type Assessment struct {
 }
 
 // Assess judges one observation at now, given when its owner was first
-// seen to take the pod out (zero: not yet).
+// seen to take the pod out (zero: not yet) and the pod's traffic evidence
+// (nil: none).
+//
+// Evidence policy: it never closes a route whose owner still routes to the
+// pod. Once the owner took the pod out, a route with Ports and remote
+// sources on them closes when every source has gone quiet (see
+// judgeTraffic): before the tail's end only if every source sent enough
+// to fit a rate, and past it for as long as a source keeps sending. Quiet
+// is known only up to Evidence.At: a route whose sources' quiet ends after
+// the evidence stays open until the agent reports again.
 //
 // Error policy (design rule 1): with Err set, the route keeps the phase its
 // last good read gives it, except that it never becomes closed. A route
@@ -99,7 +114,7 @@ type Assessment struct {
 // after the tail closes the route at once. Closing on a stale observation
 // would release on the strength of a read the gate could not repeat: errors
 // may lengthen a wait up to the deadline and never shorten one.
-func Assess(now time.Time, o Observation, outSince time.Time) Assessment {
+func Assess(now time.Time, o Observation, outSince time.Time, ev *Evidence) Assessment {
 	r := api.Route{Kind: o.Kind, Name: o.Name}
 	switch {
 	case !o.Synced:
@@ -123,6 +138,9 @@ func Assess(now time.Time, o Observation, outSince time.Time) Assessment {
 	tail := max(o.Tail, 0)
 	end := outSince.Add(tail)
 	r.Since, r.TailEnds = outSince, &end
+	if j, ok := judgeTraffic(ev, o.Ports, outSince, tail); ok {
+		return assessTraffic(now, o, r, j, ev.Epsilon)
+	}
 	switch {
 	case now.Before(end):
 		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", o.What, stamp(outSince), o.TailName, tail, stamp(end)) +
@@ -133,8 +151,47 @@ func Assess(now time.Time, o Observation, outSince time.Time) Assessment {
 			"open until a successful read confirms the pod is still out", o.What, stamp(outSince), o.TailName, tail, stamp(end), o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
-	r.State = StateClosed
+	r.State, r.ClosedBy = StateClosed, api.ClosedByTail
 	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, stamp(outSince), o.TailName, tail, stamp(end))
+	return Assessment{Phase: PhaseClosed, Route: r}
+}
+
+// assessTraffic is Assess for an out route whose traffic evidence weighs:
+// r has Since and TailEnds set.
+func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, eps float64) Assessment {
+	end := *r.TailEnds
+	what := fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s; the pod's traffic: %s",
+		o.What, stamp(r.Since), o.TailName, max(o.Tail, 0), stamp(end), j.describe(eps))
+	if o.Err == nil {
+		at := j.closeAt
+		r.QuietBy = &at
+	}
+	switch {
+	case now.Before(j.closeAt):
+		r.Detail = what + fmt.Sprintf(": closes at %s if nothing arrives before", stamp(j.closeAt))
+		if j.lengthened != "" {
+			r.Detail += " (" + j.lengthened + ")"
+		}
+		r.Detail += errSuffix(o.Err)
+		return Assessment{Phase: PhaseOut, Route: r}
+	case !j.fresh:
+		r.Detail = what + fmt.Sprintf(": quiet from %s if the agent's next report shows nothing new", stamp(j.closeAt)) + errSuffix(o.Err)
+		return Assessment{Phase: PhaseOut, Route: r}
+	case o.Err != nil:
+		r.Detail = what + fmt.Sprintf(": quiet since %s, but the last read failed (%v): "+
+			"open until a successful read confirms the pod is still out", stamp(j.closeAt), o.Err)
+		return Assessment{Phase: PhaseOut, Route: r}
+	}
+	r.State, r.ClosedBy = StateClosed, api.ClosedByTraffic
+	switch {
+	case j.closeAt.Before(end):
+		r.Detail = what + fmt.Sprintf(": every source quiet at %s, %s before the tail's end", stamp(j.closeAt), end.Sub(j.closeAt).Round(time.Millisecond))
+	case j.closeAt.After(end):
+		r.Detail = what + fmt.Sprintf(": open past the tail's end until %s, as %s", stamp(j.closeAt), j.lengthened)
+	default:
+		r.ClosedBy = api.ClosedByTail
+		r.Detail = what + ": closed at the tail's end (a source too sparse to fit a rate gives no evidence)"
+	}
 	return Assessment{Phase: PhaseClosed, Route: r}
 }
 

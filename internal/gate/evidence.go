@@ -1,0 +1,263 @@
+package gate
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Evidence is what the pod's own agent saw of its inbound traffic, with
+// every source classified by the server: the ground truth of whether a
+// load balancer still sends, weighed against a route's tail.
+type Evidence struct {
+	// At is when the server received the agent's summary. Every arrival is
+	// before it, and silence is known only up to it: the gate never
+	// extrapolates quiet past At.
+	At time.Time
+	// Sources is one entry per remote address and local port.
+	Sources []Source
+	// Unknown are arrivals the agent could not attribute (connections
+	// that opened and closed between two of its samples). Their port is
+	// unknown, so they count on every route as if one more source sent.
+	Unknown Arrivals
+	// Epsilon is the chance of a false quiet the server accepts per route
+	// and source: the probability that a source still sending at its
+	// fitted rate stays silent for its quiet bound. Zero takes
+	// DefaultEpsilon.
+	Epsilon float64
+}
+
+// DefaultEpsilon is Evidence.Epsilon's default.
+const DefaultEpsilon = 1e-6
+
+// Class says who a source is, as far as the server knows.
+type Class string
+
+const (
+	// ClassNode is the pod's own node (its host addresses, its network
+	// gateway): kubelet probes, SNAT, hostNetwork clients. Never a load
+	// balancer's traffic.
+	ClassNode Class = "node"
+	// ClassRemote is anything else: load balancer nodes, outside clients,
+	// other pods. A target group route weighs every remote source on its
+	// ports.
+	ClassRemote Class = "remote"
+)
+
+// Source is one remote address sending to one of the pod's ports.
+type Source struct {
+	Addr  netip.Addr
+	Port  uint16
+	Class Class
+	Arrivals
+}
+
+// Arrivals is a count of arrivals and when they came.
+type Arrivals struct {
+	// N counts them while the agent watched.
+	N int
+	// First is the first counted; Last the latest ones, most recent first.
+	First time.Time
+	Last  []time.Time
+	// MaxGap is the longest pause between two consecutive arrivals.
+	MaxGap time.Duration
+}
+
+// latest is the time of the most recent arrival (zero if none).
+func (a Arrivals) latest() time.Time {
+	if len(a.Last) == 0 {
+		return time.Time{}
+	}
+	return a.Last[0]
+}
+
+// The arrival model (see Fit and the README's "Traffic evidence"):
+const (
+	// MinArrivals is the fewest arrivals a source needs for a rate fit;
+	// with fewer it gives no evidence and the route's tail applies.
+	MinArrivals = 8
+	// fitZ is the normal quantile of the fit's one-sided confidence
+	// (99 %): the rate a quiet bound uses is the lower confidence limit,
+	// so that a source whose few arrivals happened to come fast is not
+	// taken for a busy one.
+	fitZ = 2.326
+	// maxQuiet caps a bound, so that the arithmetic stays in range; no
+	// deadline is that long.
+	maxQuiet = 24 * time.Hour
+	// burstGaps: see FitArrivals.
+	burstGaps = 2
+)
+
+// Fit is one source's arrival rate and the silence that proves, under the
+// model, that it stopped sending.
+type Fit struct {
+	// OK is false when the source sent too little to fit a rate: fewer
+	// than MinArrivals arrivals, or all at one instant.
+	OK bool
+	// Rate is the point estimate (arrivals per second over the span from
+	// the first to the latest arrival); Low the rate the bound uses: the
+	// lower 99 % confidence limit, capped by the rate of the latest
+	// arrivals alone (a source slowing down gets the slower rate).
+	Rate, Low float64
+	// Quiet is the silence after its latest arrival that closes the
+	// source: ln(K/ε)/Low, where K = max(1, Rate × tail) counts the gaps a
+	// still-sending source would have during the route's tail, so that ε
+	// bounds the chance of a false quiet over the whole tail, not one gap;
+	// and at least twice the longest pause the source made, for bursty
+	// sources.
+	Quiet time.Duration
+}
+
+// FitArrivals fits a Poisson arrival model to a: while a source sends, its
+// arrivals come at a steady rate λ, independently, so the chance that it
+// stays silent for q while still sending is exp(−λq). The bound uses a
+// lower confidence limit of λ (Wilson–Hilferty approximation of the χ²
+// quantile for N−1 gaps), so a short or lucky sample lengthens the bound.
+func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
+	if eps <= 0 || eps >= 1 {
+		eps = DefaultEpsilon
+	}
+	if a.N < MinArrivals || len(a.Last) == 0 {
+		return Fit{}
+	}
+	span := a.Last[0].Sub(a.First).Seconds()
+	if span <= 0 {
+		return Fit{}
+	}
+	gaps := float64(a.N - 1)
+	f := Fit{Rate: gaps / span}
+	f.Low = chi2Lower(2*gaps) / (2 * span)
+	if m := len(a.Last); m >= 4 {
+		if rs := a.Last[0].Sub(a.Last[m-1]).Seconds(); rs > 0 {
+			f.Low = min(f.Low, float64(m-1)/rs)
+		}
+	}
+	if f.Low <= 0 || math.IsNaN(f.Low) {
+		return Fit{Rate: f.Rate}
+	}
+	k := max(1, f.Rate*max(tail, 0).Seconds())
+	q := math.Log(k/eps) / f.Low
+	// Bursts break the model: many arrivals at once make a high rate out
+	// of a source that then pauses. Whatever the fit says, the bound is at
+	// least burstGaps times the longest pause the source made while the
+	// agent watched. For a Poisson source that rarely binds (its longest of
+	// n gaps is about ln(n)/λ, the bound at least ln(1/ε)/λ, 14/λ).
+	q = max(q, burstGaps*a.MaxGap.Seconds())
+	for i := 1; i < len(a.Last); i++ {
+		q = max(q, burstGaps*a.Last[i-1].Sub(a.Last[i]).Seconds())
+	}
+	f.Quiet = time.Duration(min(q, maxQuiet.Seconds()) * float64(time.Second))
+	f.OK = true
+	return f
+}
+
+// chi2Lower is the lower fitZ quantile of the χ² distribution with nu
+// degrees of freedom (Wilson–Hilferty), never below zero.
+func chi2Lower(nu float64) float64 {
+	c := 2 / (9 * nu)
+	v := 1 - c - fitZ*math.Sqrt(c)
+	if v <= 0 {
+		return 0
+	}
+	return nu * v * v * v
+}
+
+// quietJudgement is a route's traffic judged against its tail.
+type quietJudgement struct {
+	sources int // sources weighed (the unknown ones count as one)
+	fitted  int // of which fitted
+	arrived int // their arrivals
+	// closeAt is when the route closes if nothing arrives before: the
+	// latest quiet end of the sources, or the tail's end when a source
+	// could not be fitted (the tail applies) and nothing sent after it.
+	closeAt time.Time
+	// fresh is false when a fitted source's quiet end is after the
+	// evidence: the agent must report again before the route closes.
+	fresh bool
+	// lengthened names why closeAt is past the tail's end.
+	lengthened string
+	bound      time.Duration // the longest fitted quiet bound
+}
+
+// judgeTraffic weighs the evidence for a route on ports whose owner took
+// the pod out at outSince with the given tail. ok is false when there is
+// nothing to weigh (no evidence, no ports, no source on them): the tail
+// alone decides.
+//
+// Per source: a fitted source is quiet once the evidence shows it silent
+// for its bound. One that could not be fitted gives no evidence: it is
+// quiet at the tail's end if it sent nothing after it, else a tail after
+// its latest arrival (it proved the tail too short). The route closes when
+// every source is quiet; only when every source was fitted may that be
+// before the tail's end.
+func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
+	if ev == nil || len(ports) == 0 {
+		return j, false
+	}
+	tailEnd := outSince.Add(tail)
+	var weigh []Arrivals
+	for _, s := range ev.Sources {
+		if s.Class == ClassRemote && slices.Contains(ports, s.Port) && s.N > 0 {
+			weigh = append(weigh, s.Arrivals)
+		}
+	}
+	if ev.Unknown.N > 0 {
+		weigh = append(weigh, ev.Unknown)
+	}
+	if len(weigh) == 0 {
+		return j, false
+	}
+	j.fresh = true
+	var fittedEnd, unfittedEnd time.Time
+	for _, a := range weigh {
+		j.sources++
+		j.arrived += a.N
+		last := a.latest()
+		if f := FitArrivals(a, tail, ev.Epsilon); f.OK {
+			j.fitted++
+			j.bound = max(j.bound, f.Quiet)
+			end := last.Add(f.Quiet)
+			fittedEnd = later(fittedEnd, end)
+			if ev.At.Before(end) {
+				j.fresh = false
+			}
+			continue
+		}
+		end := tailEnd
+		if last.After(tailEnd) {
+			end = last.Add(tail)
+			j.lengthened = fmt.Sprintf("a source too sparse to fit a rate sent at %s, after the tail's end", stamp(last))
+		}
+		unfittedEnd = later(unfittedEnd, end)
+	}
+	if j.fitted == j.sources {
+		j.closeAt = fittedEnd
+	} else {
+		j.closeAt = later(later(fittedEnd, unfittedEnd), tailEnd)
+	}
+	if j.lengthened == "" && fittedEnd.After(tailEnd) && !fittedEnd.Before(j.closeAt) {
+		j.lengthened = "a source was still sending near the tail's end"
+	}
+	return j, true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// describe is the judgement as a phrase for a route's detail.
+func (j quietJudgement) describe(eps float64) string {
+	if eps <= 0 || eps >= 1 {
+		eps = DefaultEpsilon
+	}
+	s := fmt.Sprintf("%d arrivals from %s", j.arrived, countNoun(j.sources, "source"))
+	if j.fitted > 0 {
+		s += fmt.Sprintf(" (%d fitted, longest quiet bound %s at ε %.0e)", j.fitted, j.bound.Round(time.Millisecond), eps)
+	}
+	return s
+}

@@ -1,0 +1,385 @@
+package gate
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+// stream is one source's arrival times, in order.
+type stream struct {
+	addr  string
+	port  uint16
+	class Class
+	times []time.Time
+}
+
+// poisson is a source sending at rate per second from start until stop.
+func poisson(rng *rand.Rand, addr string, rate float64, start, stop time.Time) stream {
+	s := stream{addr: addr, port: 8080, class: ClassRemote}
+	for t := start; ; {
+		t = t.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		if !t.Before(stop) {
+			return s
+		}
+		s.times = append(s.times, t)
+	}
+}
+
+// arrivals is what an agent reporting at `at` would say of the times (in
+// order): found by binary search, so that the tests can ask often.
+func arrivals(times []time.Time, at time.Time) Arrivals {
+	k, _ := slices.BinarySearchFunc(times, at, func(t, at time.Time) int {
+		if t.After(at) {
+			return 1
+		}
+		return -1
+	})
+	if k == 0 {
+		return Arrivals{}
+	}
+	a := Arrivals{N: k, First: times[0]}
+	for i := k - 1; i >= 0 && len(a.Last) < api.MaxTrafficAges; i-- {
+		a.Last = append(a.Last, times[i])
+	}
+	a.MaxGap = maxGap(times[:k])
+	return a
+}
+
+// maxGap memoizes the longest gap of each prefix of the streams' times, by
+// the address of their first element.
+var maxGaps = map[*time.Time][]time.Duration{}
+
+func maxGap(times []time.Time) time.Duration {
+	pm, ok := maxGaps[&times[0]]
+	if !ok || len(pm) < len(times) {
+		full := times[:cap(times)]
+		pm = make([]time.Duration, len(full))
+		for i := 1; i < len(full); i++ {
+			pm[i] = max(pm[i-1], full[i].Sub(full[i-1]))
+		}
+		maxGaps[&times[0]] = pm
+	}
+	return pm[len(times)-1]
+}
+
+func evidenceAt(at time.Time, eps float64, unknown []time.Time, ss ...stream) *Evidence {
+	ev := &Evidence{At: at, Epsilon: eps, Unknown: arrivals(unknown, at)}
+	for _, s := range ss {
+		if a := arrivals(s.times, at); a.N > 0 {
+			ev.Sources = append(ev.Sources, Source{Addr: netip.MustParseAddr(s.addr), Port: s.port, Class: s.class, Arrivals: a})
+		}
+	}
+	return ev
+}
+
+// tgOut is a target group route whose owner took the pod out, on port 8080.
+func tgOut(tail time.Duration) Observation {
+	return Observation{Kind: "targetgroup", Name: "tg", Synced: true, Out: true, State: "draining",
+		What: "the target is draining", Tail: tail, TailName: "ALB", Ports: []uint16{8080}}
+}
+
+// closeTime is when the route first closes as the agent reports every
+// `every` from `from` until `until` (zero if it does not), with the last
+// assessment. Between arrivals the evidence only ages, so it assesses at
+// each report right after an arrival, at the first report at or after each
+// arrival's quiet end and the tail's end, and at until: the same answer as
+// assessing at every report, in a fraction of the time.
+func closeTime(o Observation, outSince, from, until time.Time, every time.Duration, eps float64, unknown []time.Time, ss ...stream) (time.Time, Assessment) {
+	grid := func(t time.Time) time.Time {
+		if !t.After(from) {
+			return from
+		}
+		n := (t.Sub(from) + every - 1) / every
+		return from.Add(n * every)
+	}
+	var at []time.Time
+	add := func(t time.Time) {
+		if t = grid(t); !t.After(until) {
+			at = append(at, t)
+		}
+	}
+	add(from)
+	add(outSince.Add(o.Tail))
+	add(until)
+	for _, s := range append(ss, stream{times: unknown}) {
+		for _, t := range s.times {
+			add(t)
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	at = slices.Compact(at)
+	var a Assessment
+	for i := 0; i < len(at); i++ {
+		now := at[i]
+		a = Assess(now, o, outSince, evidenceAt(now, eps, unknown, ss...))
+		if a.Phase == PhaseClosed {
+			return now, a
+		}
+		// The next candidate: the route's own close time, if before the
+		// next report already listed.
+		if a.Route.QuietBy != nil {
+			if q := grid(*a.Route.QuietBy); q.After(now) && !q.After(until) && (i+1 == len(at) || q.Before(at[i+1])) {
+				at = slices.Insert(at, i+1, q)
+			}
+		}
+	}
+	return time.Time{}, a
+}
+
+func lastArrival(ss ...stream) time.Time {
+	var last time.Time
+	for _, s := range ss {
+		if n := len(s.times); n > 0 {
+			last = later(last, s.times[n-1])
+		}
+	}
+	return last
+}
+
+// TestFalseQuietRate measures, for several ε, how often the gate closes a
+// route while its one source is still sending: the source is Poisson at
+// its rate from the agent's start until a full tail after the owner's
+// word (the worst a load balancer node is meant to do), and the agent
+// reports every 100 ms. The measured rate must not exceed ε (with room for
+// the count's own noise); it is printed beside ε.
+func TestFalseQuietRate(t *testing.T) {
+	const tail = 20 * time.Second
+	trials := 3000
+	if testing.Short() {
+		trials = 500
+	}
+	for _, eps := range []float64{0.2, 0.05, 1e-2, DefaultEpsilon} {
+		for _, rate := range []float64{0.5, 3, 20} {
+			rng := rand.New(rand.NewPCG(uint64(rate*1000), math.Float64bits(eps)))
+			false_ := 0
+			for range trials {
+				start := t0
+				outSince := t0.Add(5 * time.Second)
+				stop := outSince.Add(tail)
+				s := poisson(rng, "10.0.0.1", rate, start, stop)
+				at, _ := closeTime(tgOut(tail), outSince, outSince, stop, 100*time.Millisecond, eps, nil, s)
+				if !at.IsZero() && at.Before(lastArrival(s)) {
+					false_++
+				}
+			}
+			got := float64(false_) / float64(trials)
+			t.Logf("ε %-6g rate %4.1f/s: %d false quiets in %d drains (%.4f)", eps, rate, false_, trials, got)
+			// Allow three standard deviations of a binomial count at ε.
+			if allowed := eps*float64(trials) + 3*math.Sqrt(eps*float64(trials)) + 1; float64(false_) > allowed {
+				t.Errorf("ε %g, rate %g/s: %d false quiets in %d drains, more than ε allows (%.1f)", eps, rate, false_, trials, allowed)
+			}
+		}
+	}
+}
+
+// TestQuietClosesBeforeTheTail: a busy source that stops soon after the
+// owner's word closes the route before the tail's end, after its last
+// arrival, within its bound; the verdict says traffic closed it.
+func TestQuietClosesBeforeTheTail(t *testing.T) {
+	const tail = 20 * time.Second
+	rng := rand.New(rand.NewPCG(1, 2))
+	outSince := t0.Add(5 * time.Second)
+	s := poisson(rng, "10.0.0.1", 3, t0, outSince.Add(2*time.Second))
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
+	last := lastArrival(s)
+	f := FitArrivals(arrivals(s.times, at), tail, DefaultEpsilon)
+	if at.IsZero() || !at.Before(outSince.Add(tail)) {
+		t.Fatalf("closed at %v, want before the tail's end %v: %s", at, outSince.Add(tail), a.Route.Detail)
+	}
+	if at.Before(last.Add(f.Quiet)) || at.After(last.Add(f.Quiet+100*time.Millisecond)) {
+		t.Errorf("closed %s after the last arrival, want its bound %s (+ one report)", at.Sub(last), f.Quiet)
+	}
+	if a.Route.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Route.Detail, "before the tail's end") {
+		t.Errorf("closed by %q: %s", a.Route.ClosedBy, a.Route.Detail)
+	}
+	t.Logf("rate 3/s: bound %s, closed %s after the owner's word (tail %s): %s", f.Quiet.Round(time.Millisecond), at.Sub(outSince), tail, a.Route.Detail)
+}
+
+// TestSourcesFadeOneByOne: three load balancer nodes stop at their own
+// times; the route closes only after the last one's last arrival.
+func TestSourcesFadeOneByOne(t *testing.T) {
+	const tail = 60 * time.Second
+	rng := rand.New(rand.NewPCG(3, 4))
+	outSince := t0.Add(5 * time.Second)
+	ss := []stream{
+		poisson(rng, "10.0.0.1", 3, t0, outSince.Add(1*time.Second)),
+		poisson(rng, "10.0.0.2", 3, t0, outSince.Add(9*time.Second)),
+		poisson(rng, "10.0.0.3", 3, t0, outSince.Add(20*time.Second)),
+	}
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, ss...)
+	if at.IsZero() || at.Before(lastArrival(ss...)) {
+		t.Fatalf("closed at %v, before the last source's last arrival %v: %s", at, lastArrival(ss...), a.Route.Detail)
+	}
+	if !at.Before(outSince.Add(tail)) {
+		t.Errorf("closed at the tail's end, want before: %s", a.Route.Detail)
+	}
+	if !strings.Contains(a.Route.Detail, "from 3 sources (3 fitted") {
+		t.Errorf("detail does not count 3 fitted sources: %s", a.Route.Detail)
+	}
+}
+
+// TestSlowSourceLeavesTheTail: a source too sparse to fit keeps the tail;
+// if it sends after the tail's end, the route stays open a tail after its
+// last arrival.
+func TestSlowSourceLeavesTheTail(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	rng := rand.New(rand.NewPCG(5, 6))
+	busy := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+	slow := stream{addr: "10.0.0.9", port: 8080, class: ClassRemote, times: []time.Time{t0.Add(time.Second), outSince.Add(3 * time.Second)}}
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, nil, busy, slow)
+	if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail {
+		t.Errorf("closed at %v by %q, want at the tail's end %v by the tail: %s", at, a.Route.ClosedBy, outSince.Add(tail), a.Route.Detail)
+	}
+
+	// When a busy source keeps the route open past the tail's end, a sparse
+	// one sending then proves the tail too short: a tail after its arrival.
+	busyLate := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(tail+5*time.Second))
+	late := slow
+	late.times = append(slices.Clone(slow.times), outSince.Add(tail+2*time.Second))
+	at, a = closeTime(tgOut(tail), outSince, outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, nil, busyLate, late)
+	if want := outSince.Add(2*tail + 2*time.Second); !at.Equal(want) || a.Route.ClosedBy != api.ClosedByTraffic {
+		t.Errorf("closed at %v by %q, want a tail after the late arrival (%v) by traffic: %s", at, a.Route.ClosedBy, want, a.Route.Detail)
+	}
+}
+
+// TestStillSendingPastTheTail: a busy source that keeps sending after the
+// tail's end keeps the route open until it goes quiet.
+func TestStillSendingPastTheTail(t *testing.T) {
+	const tail = 10 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	rng := rand.New(rand.NewPCG(7, 8))
+	s := poisson(rng, "10.0.0.1", 4, t0, outSince.Add(tail+15*time.Second))
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(5*tail), 100*time.Millisecond, 0, nil, s)
+	if at.Before(lastArrival(s)) {
+		t.Fatalf("closed at %v while the source still sent (last %v)", at, lastArrival(s))
+	}
+	if a.Route.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Route.Detail, "past the tail's end") {
+		t.Errorf("closed by %q: %s", a.Route.ClosedBy, a.Route.Detail)
+	}
+}
+
+// TestBurstsKeepTheirPauses: a source that sends bursts (25 arrivals in
+// half a second, then 8 s of silence) is not taken for quiet in a pause.
+func TestBurstsKeepTheirPauses(t *testing.T) {
+	const tail = 60 * time.Second
+	outSince := t0.Add(30 * time.Second)
+	s := stream{addr: "10.0.0.1", port: 8080, class: ClassRemote}
+	for b := t0; b.Before(outSince.Add(40 * time.Second)); b = b.Add(8 * time.Second) {
+		for i := range 25 {
+			s.times = append(s.times, b.Add(time.Duration(i)*20*time.Millisecond))
+		}
+	}
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
+	if !at.IsZero() && at.Before(lastArrival(s)) {
+		t.Fatalf("closed at %v in a pause between bursts (last burst %v): %s", at, lastArrival(s), a.Route.Detail)
+	}
+}
+
+// TestUnknownArrivalsCountAsASource: arrivals of unknown source keep every
+// route with ports open like a source, and are weighed alone when no
+// source is known.
+func TestUnknownArrivalsCountAsASource(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	rng := rand.New(rand.NewPCG(9, 10))
+	known := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+	unknown := poisson(rng, "0.0.0.0", 5, t0, outSince.Add(12*time.Second)).times
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, unknown, known)
+	if at.Before(unknown[len(unknown)-1]) {
+		t.Fatalf("closed at %v before the last unknown arrival %v: %s", at, unknown[len(unknown)-1], a.Route.Detail)
+	}
+	if !strings.Contains(a.Route.Detail, "from 2 sources") {
+		t.Errorf("unknown arrivals do not count as a source: %s", a.Route.Detail)
+	}
+}
+
+// TestNodeProbesAreNotRouteTraffic: the node's own probes on the route's
+// port, and remote traffic on another port, weigh nothing: with nothing
+// else the tail alone decides.
+func TestNodeProbesAreNotRouteTraffic(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	rng := rand.New(rand.NewPCG(11, 12))
+	probes := poisson(rng, "10.244.0.1", 2, t0, outSince.Add(3*tail))
+	probes.class = ClassNode
+	metrics := poisson(rng, "10.0.0.7", 2, t0, outSince.Add(3*tail))
+	metrics.port = 9090
+	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, nil, probes, metrics)
+	if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail || a.Route.QuietBy != nil {
+		t.Errorf("closed at %v by %q (quiet by %v), want at the tail's end by the tail alone: %s", at, a.Route.ClosedBy, a.Route.QuietBy, a.Route.Detail)
+	}
+}
+
+// TestEvidenceNeverClosesARouteStillIn: a quiet pod whose owner still
+// routes to it is not released.
+func TestEvidenceNeverClosesARouteStillIn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	s := poisson(rng, "10.0.0.1", 5, t0, t0.Add(2*time.Second))
+	o := tgOut(20 * time.Second)
+	o.Out, o.State = false, "healthy"
+	now := t0.Add(time.Minute)
+	if a := Assess(now, o, time.Time{}, evidenceAt(now, 0, nil, s)); a.Phase != PhaseIn {
+		t.Errorf("phase %s, want in: %s", a.Phase, a.Route.Detail)
+	}
+}
+
+// TestStaleEvidenceWaitsForTheAgent: quiet is known only up to the
+// evidence's time; the route stays open, with QuietBy in the past, until a
+// fresh report; NextChange wakes the server at QuietBy.
+func TestStaleEvidenceWaitsForTheAgent(t *testing.T) {
+	const tail = 20 * time.Second
+	rng := rand.New(rand.NewPCG(15, 16))
+	outSince := t0.Add(5 * time.Second)
+	s := poisson(rng, "10.0.0.1", 5, t0, outSince)
+	reported := lastArrival(s).Add(100 * time.Millisecond)
+	ev := evidenceAt(reported, 0, nil, s)
+	p := Pod{Name: "p", Terminating: true, Evidence: ev}
+	mem := Memory{TerminatingSince: t0, Routes: map[RouteKey]RouteMemory{{"targetgroup", "tg"}: {OutSince: outSince}}}
+	v, _ := Step(reported, p, mem, []Observation{tgOut(tail)})
+	if v.Released || v.Routes[0].QuietBy == nil {
+		t.Fatalf("released %v, quiet by %v: %s", v.Released, v.Routes[0].QuietBy, v.Message)
+	}
+	quietBy := *v.Routes[0].QuietBy
+	if next := NextChange(reported, p, v); !next.Equal(quietBy) {
+		t.Errorf("NextChange = %v, want QuietBy %v", next, quietBy)
+	}
+	v, _ = Step(quietBy.Add(time.Second), p, mem, []Observation{tgOut(tail)})
+	if v.Released {
+		t.Fatalf("released on stale evidence: %s", v.Message)
+	}
+	p.Evidence = evidenceAt(quietBy.Add(time.Second), 0, nil, s)
+	v, _ = Step(quietBy.Add(time.Second), p, mem, []Observation{tgOut(tail)})
+	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
+		t.Errorf("fresh quiet evidence: released %v, closed by %q: %s", v.Released, v.Routes[0].ClosedBy, v.Message)
+	}
+}
+
+func TestFitArrivals(t *testing.T) {
+	a := Arrivals{N: 101, First: t0, Last: []time.Time{t0.Add(50 * time.Second)}}
+	f := FitArrivals(a, 20*time.Second, 1e-6)
+	if !f.OK || math.Abs(f.Rate-2) > 1e-9 || f.Low >= f.Rate || f.Low < 1.4 {
+		t.Errorf("fit %+v: want rate 2/s and a lower limit a little below", f)
+	}
+	if want := math.Log(40/1e-6) / f.Low; math.Abs(f.Quiet.Seconds()-want) > 1e-3 {
+		t.Errorf("quiet %s, want ln(K/ε)/low = %.3fs", f.Quiet, want)
+	}
+	for _, few := range []Arrivals{{N: MinArrivals - 1, First: t0, Last: []time.Time{t0.Add(time.Second)}}, {N: 50, First: t0, Last: []time.Time{t0}}, {}} {
+		if f := FitArrivals(few, time.Minute, 1e-6); f.OK {
+			t.Errorf("FitArrivals(%+v) fitted: %+v", few, f)
+		}
+	}
+	// The fewer arrivals, the longer the bound at the same rate.
+	small := FitArrivals(Arrivals{N: 11, First: t0, Last: []time.Time{t0.Add(5 * time.Second)}}, 0, 1e-6)
+	large := FitArrivals(Arrivals{N: 1001, First: t0, Last: []time.Time{t0.Add(500 * time.Second)}}, 0, 1e-6)
+	if !(small.Quiet > large.Quiet) {
+		t.Errorf("10 gaps give %s, 1000 gaps %s: want the short sample's bound longer", small.Quiet, large.Quiet)
+	}
+}
