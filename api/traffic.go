@@ -32,6 +32,11 @@ type Traffic struct {
 	// between two samples. Their port is unknown, so they count against
 	// every route. Port is zero.
 	Unknown SourceTraffic
+	// Gateways are the pod's default gateways (from its routing table): on
+	// bridge networks the node's side of the pod's link, where kubelet
+	// probes come from. The server counts them as the node's addresses. At
+	// most MaxTrafficGateways.
+	Gateways []netip.Addr
 }
 
 // SourceTraffic is what one remote address sent to one local port.
@@ -53,8 +58,9 @@ type SourceTraffic struct {
 // Bounds of a Traffic summary, so that a query string stays small (well
 // under 8 KiB) and the server's work per ask stays bounded.
 const (
-	MaxTrafficSources = 32
-	MaxTrafficAges    = 16
+	MaxTrafficSources  = 32
+	MaxTrafficAges     = 16
+	MaxTrafficGateways = 4
 )
 
 // trafficVersion leads the encoding; a server refuses other versions so
@@ -63,7 +69,7 @@ const trafficVersion = "1"
 
 // EncodeTraffic writes t for the drain request's "traffic" query parameter:
 //
-//	1;w=<watched ms>;s=<addr>,<port>,<arrivals>,<first ms>,<max gap ms>,<age ms>.<age ms>...;u=<arrivals>,<first ms>,<max gap ms>,<ages>
+//	1;w=<watched ms>;s=<addr>,<port>,<arrivals>,<first ms>,<max gap ms>,<age ms>.<age ms>...;u=<arrivals>,<first ms>,<max gap ms>,<ages>;g=<addr>...
 //
 // Durations are whole milliseconds. Sources past MaxTrafficSources and ages
 // past MaxTrafficAges are dropped.
@@ -89,6 +95,13 @@ func EncodeTraffic(t *Traffic) string {
 	if t.Unknown.Arrivals > 0 {
 		b.WriteString(";u=")
 		writeArrivals(&b, t.Unknown)
+	}
+	for i, g := range t.Gateways {
+		if i == MaxTrafficGateways {
+			break
+		}
+		b.WriteString(";g=")
+		b.WriteString(g.String())
 	}
 	return b.String()
 }
@@ -179,8 +192,17 @@ func ParseTraffic(s string) (*Traffic, error) {
 				return nil, badRequest("traffic unknown arrivals: %v", err)
 			}
 			t.Unknown = st
+		case strings.HasPrefix(p, "g="):
+			if len(t.Gateways) == MaxTrafficGateways {
+				return nil, badRequest("traffic has more than %d gateways", MaxTrafficGateways)
+			}
+			g, err := netip.ParseAddr(p[2:])
+			if err != nil || g.Zone() != "" {
+				return nil, badRequest("traffic gateway %s is not an IP address", quote(p[2:]))
+			}
+			t.Gateways = append(t.Gateways, g.Unmap())
 		default:
-			return nil, badRequest("traffic part %s is neither s= nor u=", quote(p))
+			return nil, badRequest("traffic part %s is not s=, u= nor g=", quote(p))
 		}
 	}
 	return t, nil

@@ -17,10 +17,11 @@ func TestTrafficRoundTrip(t *testing.T) {
 				Last: []time.Duration{300 * time.Millisecond, 650 * time.Millisecond, time.Second}},
 			{Addr: netip.MustParseAddr("fd00::7"), Port: 443, Arrivals: 1, First: 2 * time.Second, Last: []time.Duration{2 * time.Second}},
 		},
-		Unknown: SourceTraffic{Arrivals: 2, First: 5 * time.Second, Last: []time.Duration{time.Second, 5 * time.Second}},
+		Unknown:  SourceTraffic{Arrivals: 2, First: 5 * time.Second, Last: []time.Duration{time.Second, 5 * time.Second}},
+		Gateways: []netip.Addr{netip.MustParseAddr("10.244.0.1")},
 	}
 	s := EncodeTraffic(in)
-	if want := "1;w=42000;s=10.245.0.11,8080,120,41000,1500,300.650.1000;s=fd00::7,443,1,2000,0,2000;u=2,5000,0,1000.5000"; s != want {
+	if want := "1;w=42000;s=10.245.0.11,8080,120,41000,1500,300.650.1000;s=fd00::7,443,1,2000,0,2000;u=2,5000,0,1000.5000;g=10.244.0.1"; s != want {
 		t.Errorf("EncodeTraffic = %q, want %q", s, want)
 	}
 	out, err := ParseTraffic(s)
@@ -71,7 +72,9 @@ func TestParseTrafficRefuses(t *testing.T) {
 		{"1;w=10;s=10.0.0.1,80,1,5,0,5;s=::ffff:10.0.0.1,80,1,5,0,5", "twice"},
 		{"1;w=10;s=10.0.0.1,80,0,5,0,5", "count from 1"},
 		{"1;w=10;u=1,5,0,5;u=1,5,0,5", "twice"},
-		{"1;w=10;x=1", "neither"},
+		{"1;w=10;x=1", "not s=, u= nor g="},
+		{"1;w=10;g=gw", "gateway"},
+		{"1;w=10;g=1.1.1.1;g=1.1.1.2;g=1.1.1.3;g=1.1.1.4;g=1.1.1.5", "more than 4 gateways"},
 		{"1;w=10;s=10.0.0.1,80,2,5,6,4.3", "longest gap"},
 		{"1;w=10;s=10.0.0.1,80", "want addr"},
 		{"1;w=10;" + strings.Repeat("x", 9000), "bytes"},
@@ -89,6 +92,7 @@ func TestParseTrafficRefuses(t *testing.T) {
 func FuzzParseTraffic(f *testing.F) {
 	f.Add("1;w=42000;s=10.245.0.11,8080,120,41000,1500,300.650.1000;s=fd00::7,443,1,2000,0,2000;u=2,5000,0,1000.5000")
 	f.Add("1;w=0")
+	f.Add("1;w=5;g=10.244.0.1;g=fd00::1")
 	f.Add("1;w=10;s=::ffff:10.0.0.1,80,1,5,0,5")
 	f.Fuzz(func(t *testing.T, s string) {
 		tr, err := ParseTraffic(s)
