@@ -310,6 +310,8 @@ func TestDefaultArgs(t *testing.T) {
 		"tail-alb":               "20s",
 		"tail-nlb":               "180s",
 		"max-wait":               "30s",
+		"traffic-evidence":       "true",
+		"traffic-epsilon":        "1e-06",
 		"shutdown-reserve":       "5s",
 		"log-format":             "text",
 		"webhook-listen":         ":9443",

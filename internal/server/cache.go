@@ -26,7 +26,10 @@ func transform(sources []route.Source) func(any) (any, error) {
 					Name: o.Name, Namespace: o.Namespace, UID: o.UID, ResourceVersion: o.ResourceVersion,
 					DeletionTimestamp: o.DeletionTimestamp, DeletionGracePeriodSeconds: o.DeletionGracePeriodSeconds,
 				},
-				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
+				// HostIP(s): the node's addresses, whose traffic (probes)
+				// is never a load balancer's (traffic evidence).
+				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs,
+					HostIP: o.Status.HostIP, HostIPs: o.Status.HostIPs},
 			}, nil
 		case *metav1.PartialObjectMetadata:
 			return transformNamespace(o), nil

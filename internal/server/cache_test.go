@@ -22,12 +22,16 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": "x"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}},
+			HostIP: "192.168.0.5", HostIPs: []corev1.HostIP{{IP: "192.168.0.5"}}},
 	}
 	o, _ := tr(pod)
 	p := o.(*corev1.Pod)
 	if p.Name != "web" || p.UID != "u1" || p.DeletionTimestamp == nil || route.IPs(p)[0] != "10.0.0.1" {
 		t.Errorf("pod transform lost identity, deletion or IP: %+v", p)
+	}
+	if p.Status.HostIP != "192.168.0.5" || len(p.Status.HostIPs) != 1 {
+		t.Errorf("pod transform lost the host addresses the traffic evidence classifies by: %+v", p.Status)
 	}
 	if len(p.Spec.Containers) != 0 || p.Labels != nil || p.Annotations != nil || p.ManagedFields != nil || p.Status.Conditions != nil {
 		t.Errorf("pod transform kept fields the gate never reads: %+v", p)

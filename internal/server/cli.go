@@ -24,6 +24,7 @@ import (
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/cli"
+	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/version"
@@ -40,6 +41,8 @@ type serveFlags struct {
 	pollInterval, maxWait, reserve    time.Duration
 	tailSlice, tailALB, tailNLB       time.Duration
 	logFormat                         string
+	trafficEvidence                   bool
+	trafficEpsilon                    float64
 
 	webhookListen, webhookConfig, webhookSecret         string
 	webhookService, webhookNamespace                    string
@@ -66,6 +69,8 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.tailSlice, "tail-endpointslice", d.EndpointSlice, "how long after an EndpointSlice drops the pod kube-proxy, ingress controllers and meshes may still send to it")
 	fs.DurationVar(&f.tailALB, "tail-alb", d.ALB, "how long after its target is draining an Application Load Balancer may still send new requests")
 	fs.DurationVar(&f.tailNLB, "tail-nlb", d.NLB, "how long after its target is draining a Network Load Balancer (or one of unknown type) may still open connections")
+	fs.BoolVar(&f.trafficEvidence, "traffic-evidence", true, "weigh the traffic the agents see arriving at their pods: a target group route closes once every load balancer source has gone quiet (before its tail when all of them sent enough to fit a rate, after it while one still sends); false: tails alone")
+	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", gate.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -96,6 +101,9 @@ func (f *serveFlags) validate() error {
 	}
 	if f.burst < 1 {
 		errs = append(errs, fmt.Errorf("--aws-burst must be at least 1, got %d", f.burst))
+	}
+	if !(f.trafficEpsilon > 0 && f.trafficEpsilon < 0.01) {
+		errs = append(errs, fmt.Errorf("--traffic-epsilon must be in (0, 0.01), got %s", strconv.FormatFloat(f.trafficEpsilon, 'g', -1, 64)))
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", f.logFormat))
@@ -160,6 +168,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Tails:           Tails{EndpointSlice: f.tailSlice, ALB: f.tailALB, NLB: f.tailNLB},
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
+		IgnoreTraffic:   !f.trafficEvidence,
+		Epsilon:         f.trafficEpsilon,
 		Log:             log,
 	}
 	if f.targetGroups {
@@ -198,7 +208,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return 1
 	}
 	log.Info("draingate serve starting", "target_groups", f.targetGroups, "aws_rate", f.rate, "aws_burst", f.burst,
-		"tails", fmt.Sprintf("endpointslice=%s alb=%s nlb=%s", f.tailSlice, f.tailALB, f.tailNLB))
+		"tails", fmt.Sprintf("endpointslice=%s alb=%s nlb=%s", f.tailSlice, f.tailALB, f.tailNLB),
+		"traffic_evidence", f.trafficEvidence, "traffic_epsilon", f.trafficEpsilon)
 	if err := s.Run(ctx); err != nil {
 		log.Error("draingate serve stopped", "err", err)
 		return 1

@@ -36,6 +36,10 @@ type pods struct {
 	tracked func(n int)
 	// ready says why the gate cannot answer yet (nil once it can).
 	ready func() error
+	// ignoreTraffic drops the agents' traffic evidence; epsilon is the
+	// false-quiet chance the gate accepts with it.
+	ignoreTraffic bool
+	epsilon       float64
 
 	synced atomic.Bool // the pod cache and the sources synced
 
@@ -50,7 +54,10 @@ type podState struct {
 	key   route.PodKey
 	mem   gate.Memory
 	asked time.Time // the agent's last ask; zero when not waiting
-	timer *time.Timer
+	// evidence is the traffic summary of the agent's latest ask, as the
+	// gate weighs it; nil when it sent none.
+	evidence *gate.Evidence
+	timer    *time.Timer
 	// startNoted and releaseNoted: the pod's Events were written.
 	startNoted, releaseNoted bool
 }
@@ -118,6 +125,7 @@ func (p *pods) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, 
 		obs = append(obs, o...)
 	}
 	gp := p.gatePod(pod)
+	gp.Evidence = st.evidence
 	v, mem := gate.Step(now, gp, st.mem, obs)
 	st.mem = mem
 	if st.timer != nil {

@@ -58,6 +58,12 @@ type Options struct {
 	// CRDInterval is how often the server looks for the TargetGroupBinding
 	// CRD while it is absent (default 10 s).
 	CRDInterval time.Duration
+	// IgnoreTraffic turns traffic evidence off: the agents' summaries are
+	// ignored and every route waits for its tail (the lab's draingate-tail).
+	IgnoreTraffic bool
+	// Epsilon is the chance of a false quiet accepted per route and source
+	// (gate.DefaultEpsilon when zero).
+	Epsilon float64
 
 	// Webhook, when set, serves the pod-injection admission webhook.
 	Webhook *WebhookOptions
@@ -172,6 +178,7 @@ func New(o Options) (*Server, error) {
 
 	p := s.pods
 	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
+	p.ignoreTraffic, p.epsilon = o.IgnoreTraffic, o.Epsilon
 	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		// No deep copy: every route change re-reads the terminating pods of
 		// its namespace, and nothing writes to what it reads.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -42,6 +46,9 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	}
 	st := p.stateLocked(pod, now)
 	st.asked = now
+	if req.Traffic != nil && !p.ignoreTraffic {
+		st.evidence = classify(req.Traffic, now, pod, p.epsilon)
+	}
 	v, err := p.decideLocked(ctx, pod, st, now)
 	if err != nil {
 		return api.Verdict{}, err
@@ -68,4 +75,44 @@ func (p *pods) Changed(req api.DrainRequest) (<-chan struct{}, func()) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// classify turns the agent's summary, received at now, into the gate's
+// evidence: ages become times on the server's clock (the agent's clock
+// never counts), and each source is the node's (the pod's host addresses
+// and the gateways the agent reported: probes, SNAT, hostNetwork clients)
+// or remote (load balancer nodes, clients, other pods).
+func classify(t *api.Traffic, now time.Time, pod *corev1.Pod, epsilon float64) *gate.Evidence {
+	node := map[netip.Addr]bool{}
+	for _, g := range t.Gateways {
+		node[g] = true
+	}
+	for _, h := range pod.Status.HostIPs {
+		if a, err := netip.ParseAddr(h.IP); err == nil {
+			node[a.Unmap()] = true
+		}
+	}
+	if a, err := netip.ParseAddr(pod.Status.HostIP); err == nil {
+		node[a.Unmap()] = true
+	}
+	ev := &gate.Evidence{At: now, Epsilon: epsilon, Unknown: arrivalsAt(t.Unknown, now)}
+	for _, s := range t.Sources {
+		c := gate.ClassRemote
+		if node[s.Addr] {
+			c = gate.ClassNode
+		}
+		ev.Sources = append(ev.Sources, gate.Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: arrivalsAt(s, now)})
+	}
+	return ev
+}
+
+func arrivalsAt(s api.SourceTraffic, now time.Time) gate.Arrivals {
+	if s.Arrivals == 0 {
+		return gate.Arrivals{}
+	}
+	a := gate.Arrivals{N: s.Arrivals, First: now.Add(-s.First), MaxGap: s.MaxGap}
+	for _, age := range s.Last {
+		a.Last = append(a.Last, now.Add(-age))
+	}
+	return a
 }

@@ -240,7 +240,7 @@ func (h *handler) poll(ctx context.Context, req api.DrainRequest, last api.Verdi
 		// Read after subscribing, so a change between the first read and
 		// the subscription is not lost.
 		v, err := h.gate.Verdict(ctx, req)
-		if err != nil || v.Released || uidMismatch(req, v) {
+		if err != nil || v.Released || uidMismatch(req, v) || wantsEvidence(v, time.Now()) {
 			return v, err
 		}
 		select {
@@ -265,6 +265,19 @@ func (h *handler) subscribe(req api.DrainRequest) (<-chan struct{}, func()) {
 		stop = func() {}
 	}
 	return ch, stop
+}
+
+// wantsEvidence reports whether an open route would close now on fresh
+// traffic evidence (its QuietBy passed): the answer goes back at once, so
+// that the agent's next ask brings that evidence, instead of the route
+// waiting out the long-poll on a summary the server received before.
+func wantsEvidence(v api.Verdict, now time.Time) bool {
+	for _, r := range v.Routes {
+		if r.QuietBy != nil && r.ClosedBy == "" && !r.QuietBy.After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 func uidMismatch(req api.DrainRequest, v api.Verdict) bool {

@@ -359,6 +359,32 @@ func TestLongPollCappedWait(t *testing.T) {
 	})
 }
 
+// TestPollEndsForFreshEvidence: a long-poll ends, unreleased, when an open
+// route's QuietBy passes (the server's timer signals then), so the agent
+// brings fresh traffic evidence; a closed route's QuietBy does not end it.
+func TestPollEndsForFreshEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, Config{MaxWait: time.Hour})
+		start := time.Now()
+		quietBy := start.Add(3 * time.Second)
+		v := waiting("shop", "web-0")
+		v.Routes = append(v.Routes, api.Route{Kind: "targetgroup", Name: "tg-closed", State: "closed", ClosedBy: api.ClosedByTraffic, QuietBy: &start})
+		v.Routes[0].QuietBy = &quietBy
+		f.gate.set(v)
+		done := make(chan answer, 1)
+		go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=50s")) }()
+		time.Sleep(3 * time.Second)
+		f.gate.set(v) // the server's timer at QuietBy
+		a := <-done
+		if took := time.Since(start); took != 3*time.Second {
+			t.Errorf("answered after %s, want at QuietBy (3s)", took)
+		}
+		if got := a.verdict(t); got.Released || got.Routes[0].QuietBy == nil {
+			t.Errorf("verdict %+v, want unreleased with QuietBy", got)
+		}
+	})
+}
+
 func TestClientDisconnectEndsPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, Config{MaxWait: time.Hour})

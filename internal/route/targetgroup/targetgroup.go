@@ -174,6 +174,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 		if ok {
 			state, reason := TargetOf(obs.Targets, ips)
 			o = s.Judge(state, reason, obs.LoadBalancerType, true)
+			o.Ports = TargetPorts(obs.Targets, ips)
 		} else {
 			o = gate.Observation{Kind: Kind}
 		}
@@ -288,6 +289,21 @@ func (s *Source) tail(lbType string) (time.Duration, string) {
 		return s.cfg.Tails.NLB, "NLB (for a load balancer of unknown type)"
 	}
 	return s.cfg.Tails.NLB, fmt.Sprintf("NLB (for load balancer type %q)", lbType)
+}
+
+// TargetPorts are the ports of the pod's targets in a listing, sorted:
+// where the group's traffic arrives, so the gate weighs the pod's traffic
+// evidence on them (and not probes or scrapes on other ports). Empty when
+// no target of the pod is listed: the tail alone decides then.
+func TargetPorts(targets map[elbv2.Target]elbv2.Health, ips []string) []uint16 {
+	var ports []uint16
+	for t := range targets {
+		if t.Port > 0 && t.Port <= 65535 && slices.Contains(ips, t.ID) {
+			ports = append(ports, uint16(t.Port))
+		}
+	}
+	slices.Sort(ports)
+	return slices.Compact(ports)
 }
 
 // TargetOf picks the pod's target in a listing: any target with one of the

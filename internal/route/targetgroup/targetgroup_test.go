@@ -1,6 +1,7 @@
 package targetgroup
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,23 @@ func TestTargetOfPrefersTheMostInState(t *testing.T) {
 	}
 	if s, _ := TargetOf(targets, []string{"10.0.0.9"}); s != "" {
 		t.Errorf("absent target has state %q", s)
+	}
+}
+
+// TargetPorts: the pod's own targets' ports, sorted and once each; other
+// pods' and absent targets give none.
+func TestTargetPorts(t *testing.T) {
+	targets := map[elbv2.Target]elbv2.Health{
+		{ID: "10.0.0.1", Port: 8080}: {State: "draining"},
+		{ID: "fd00::1", Port: 80}:    {State: "draining"},
+		{ID: "10.0.0.1", Port: 80}:   {State: "healthy"},
+		{ID: "10.0.0.2", Port: 9090}: {State: "healthy"},
+	}
+	if got := TargetPorts(targets, []string{"10.0.0.1", "fd00::1"}); !slices.Equal(got, []uint16{80, 8080}) {
+		t.Errorf("TargetPorts = %v, want [80 8080]", got)
+	}
+	if got := TargetPorts(targets, []string{"10.0.0.9"}); len(got) != 0 {
+		t.Errorf("TargetPorts of an absent pod = %v, want none", got)
 	}
 }
 
