@@ -177,8 +177,9 @@ type quietJudgement struct {
 	// evidence: the agent must report again before the route closes.
 	fresh bool
 	// lengthened names why closeAt is past the tail's end.
-	lengthened string
-	bound      time.Duration // the longest fitted quiet bound
+	lengthened  string
+	bound       time.Duration // the longest fitted quiet bound
+	lastArrival time.Time     // the latest arrival of any source weighed
 }
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
@@ -215,6 +216,7 @@ func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Du
 		j.sources++
 		j.arrived += a.N
 		last := a.latest()
+		j.lastArrival = later(j.lastArrival, last)
 		if f := FitArrivals(a, tail, ev.Epsilon); f.OK {
 			j.fitted++
 			j.bound = max(j.bound, f.Quiet)

@@ -40,5 +40,5 @@ func ExampleStep() {
 	// after 10s: released=false reason=""
 	//   waiting for 1 route of 2: targetgroup/tg-web draining
 	// after 24s: released=true reason="drained"
-	//   released: all 2 routes closed
+	//   released: all 2 routes closed (endpointslice/shop/web by its EndpointSlice tail (5s); targetgroup/tg-web by its ALB tail (20s))
 }

@@ -145,6 +145,13 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 		if counted > 1 {
 			v.Message = fmt.Sprintf("released: all %d routes closed", counted)
 		}
+		var why []string
+		for _, k := range slices.SortedFunc(maps.Keys(judged), compareKeys) {
+			if a := judged[k]; a.Phase == PhaseClosed {
+				why = append(why, a.Route.Kind+"/"+a.Route.Name+" by "+a.Why)
+			}
+		}
+		v.Message += " (" + strings.Join(why, "; ") + ")"
 	case !pod.Deadline.IsZero() && !now.Before(pod.Deadline):
 		v.Released, v.Reason = true, api.ReasonDeadline
 		v.Message = fmt.Sprintf("released at the deadline %s with %s of %d still open: %s",

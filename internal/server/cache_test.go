@@ -21,7 +21,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1", DeletionTimestamp: &now,
 			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": "x"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}},
 			HostIP: "192.168.0.5", HostIPs: []corev1.HostIP{{IP: "192.168.0.5"}}},
 	}

@@ -22,6 +22,8 @@ const (
 type events struct {
 	rec record.EventRecorder
 	log *slog.Logger
+	// released, when set, is told of each release once (metrics).
+	released func(v api.Verdict, now time.Time)
 }
 
 // noteLocked writes the pod's Events for the verdict v its agent got.
@@ -38,6 +40,9 @@ func (e *events) noteLocked(pod *corev1.Pod, st *podState, v api.Verdict) {
 			kind, reason = corev1.EventTypeWarning, EventDeadline
 		}
 		e.rec.Eventf(pod, kind, reason, "released after %s (%s): %s", time.Duration(v.Waited).Round(100*time.Millisecond), v.Reason, v.Message)
+		if e.released != nil {
+			e.released(v, time.Now())
+		}
 		e.log.Info("released", "pod", st.key.String(), "uid", st.key.UID, "reason", v.Reason, "waited", time.Duration(v.Waited).String(), "verdict", v.Message)
 	}
 }

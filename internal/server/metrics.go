@@ -1,9 +1,12 @@
 package server
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/waitapi"
 )
 
@@ -12,6 +15,8 @@ type metrics struct {
 	wait    *waitapi.Metrics
 	calls   *prometheus.CounterVec
 	tracked prometheus.Gauge
+	closes  *prometheus.CounterVec
+	saved   prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -25,8 +30,16 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "draingate_terminating_pods",
 			Help: "Terminating pods the server tracks (whether or not their agent asks).",
 		}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "draingate_route_closes_total",
+			Help: "Routes of released pods by what closed them: tail (the route's propagation tail passed) or traffic (the pod's own traffic evidence ended the wait before the tail's end, or kept it open past it).",
+		}, []string{"by"}),
+		saved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draingate_traffic_saved_seconds_total",
+			Help: "Seconds of waiting that traffic evidence saved: for each pod released drained, how much later its routes' tails alone would have released it.",
+		}),
 	}
-	reg.MustRegister(m.calls, m.tracked,
+	reg.MustRegister(m.calls, m.tracked, m.closes, m.saved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -36,3 +49,20 @@ func (m *metrics) elbv2Call(action, result string) {
 }
 
 func (m *metrics) setTracked(n int) { m.tracked.Set(float64(n)) }
+
+// released counts a drained pod's routes by what closed them, and the time
+// its tails alone would have kept it longer.
+func (m *metrics) released(v api.Verdict, now time.Time) {
+	var tailsEnd time.Time
+	for _, r := range v.Routes {
+		if r.ClosedBy != "" {
+			m.closes.WithLabelValues(r.ClosedBy).Inc()
+		}
+		if r.TailEnds != nil && r.TailEnds.After(tailsEnd) {
+			tailsEnd = *r.TailEnds
+		}
+	}
+	if v.Reason == api.ReasonDrained && tailsEnd.After(now) {
+		m.saved.Add(tailsEnd.Sub(now).Seconds())
+	}
+}

@@ -185,7 +185,7 @@ func New(o Options) (*Server, error) {
 		pod := &corev1.Pod{}
 		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
 	}
-	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log}
+	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log, released: s.metrics.released}
 	p.tracked = s.metrics.setTracked
 	p.ready = s.ready
 
