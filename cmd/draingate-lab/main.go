@@ -86,7 +86,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	var errBuf bytes.Buffer
 	fs.SetOutput(&errBuf)
 	fs.String("scenario", name, "named set of knobs: "+strings.Join(lab.ScenarioNames(), ", "))
-	strategies := fs.String("strategies", "none,sleep:5s,sleep:30s,draingate", "comma-separated: none (no preStop hook), sleep:DURATION (native preStop sleep), draingate (a gate server, and the draingate-prestop agent as preStop hook waiting for it)")
+	strategies := fs.String("strategies", "none,sleep:5s,sleep:30s,draingate", "comma-separated: none (no preStop hook), sleep:DURATION (native preStop sleep), draingate (a gate server, and the draingate-prestop agent as preStop hook waiting for it), draingate-tail (the same with traffic evidence off: tails alone)")
 	fs.StringVar(&c.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&c.pngPath, "png", "", "write a timeline per strategy as PNG to this file")
 	seed := commonFlags(fs, &c.opts)

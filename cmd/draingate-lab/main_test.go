@@ -19,7 +19,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--strategies", "none,nap:5s"}, `unknown strategy "nap:5s"`},
 		{[]string{"run", "--strategies", "sleep:five"}, `strategy "sleep:five": want sleep:DURATION`},
 		{[]string{"run", "--strategies", "none,none"}, `strategy "none" given twice`},
-		{[]string{"run", "--strategies", "gate"}, `unknown strategy "gate": want none, sleep:DURATION or draingate`},
+		{[]string{"run", "--strategies", "gate"}, `unknown strategy "gate": want none, sleep:DURATION, draingate or draingate-tail`},
 		{[]string{"run", "--strategies", "draingate,none,draingate"}, `strategy "draingate" given twice`},
 		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, alb-slow, bluegreen, lag-past-deadline, nlb, restart, sidecar, slow-aws`},
 		{[]string{"run", "--rps", "0"}, "--rps must be at least 1"},

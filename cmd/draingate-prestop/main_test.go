@@ -73,6 +73,7 @@ func TestAgentIsSmallStaticAndLean(t *testing.T) {
 		"draingate.dev/draingate/internal/cli":          true,
 		"draingate.dev/draingate/internal/version":      true,
 		"draingate.dev/draingate/internal/backoff":      true,
+		"draingate.dev/draingate/internal/traffic":      true,
 		"draingate.dev/draingate/cmd/draingate-prestop": true,
 	}
 	for line := range strings.Lines(string(out)) {

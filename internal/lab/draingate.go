@@ -54,7 +54,7 @@ type gateSetup struct {
 // draingate.dev/inject=enabled the agent. The returned cleanup, never nil,
 // uninstalls the release and deletes the namespace; the caller defers it at
 // once, error or not.
-func (r *runner) startGate(ctx context.Context, ns string) (*gateSetup, func(), error) {
+func (r *runner) startGate(ctx context.Context, ns string, st Strategy) (*gateSetup, func(), error) {
 	cl := r.env.Client
 	bg := context.Background() // cleanup must run after ctx is cancelled (Ctrl-C)
 	var rel *chart.Release
@@ -66,7 +66,7 @@ func (r *runner) startGate(ctx context.Context, ns string) (*gateSetup, func(), 
 		}
 		cl.CoreV1().Namespaces().Delete(bg, ns, metav1.DeleteOptions{})
 	}
-	vals, err := gateValues(r.emuURL, r.o.TimeScale, r.o.DraingateSet)
+	vals, err := gateValues(r.emuURL, r.o.TimeScale, append(slices.Clone(st.Set), r.o.DraingateSet...))
 	if err != nil {
 		return nil, cleanup, err
 	}

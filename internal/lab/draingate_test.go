@@ -153,3 +153,27 @@ func TestScenariosProbeTheDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestDraingateTailTurnsEvidenceOff: the draingate-tail strategy is the
+// chart at its defaults but for traffic evidence, which it turns off on the
+// server's command line; draingate leaves it at the default (on).
+func TestDraingateTailTurnsEvidenceOff(t *testing.T) {
+	sts, err := ParseStrategies("draingate,draingate-tail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		vals, err := gateValues("http://10.0.0.1:1", 1, st.Set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		te, _ := vals["trafficEvidence"].(map[string]any)
+		got, set := te["enabled"]
+		switch {
+		case st.Name == "draingate" && set:
+			t.Errorf("draingate sets trafficEvidence.enabled=%v, want the chart's default", got)
+		case st.Name == "draingate-tail" && got != false:
+			t.Errorf("draingate-tail: trafficEvidence.enabled=%v, want false", got)
+		}
+	}
+}

@@ -169,7 +169,7 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	if st.Gate {
 		gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
 		r.progress(st, "setup: gate server in namespace %s", gns)
-		g, stopGate, err := r.startGate(ctx, gns)
+		g, stopGate, err := r.startGate(ctx, gns, st)
 		defer stopGate()
 		if err != nil {
 			return res, err

@@ -258,10 +258,14 @@ type Strategy struct {
 	// gate server (ServerImage) and, injected, the agent (AgentImage) as the
 	// app's preStop hook.
 	Gate bool
+	// Set are chart values (Helm --set syntax) of this strategy alone, on
+	// top of Options.DraingateSet: "draingate-tail" turns traffic evidence
+	// off, to show what the tails alone do on the same scenario.
+	Set []string
 }
 
 // ParseStrategies reads a comma-separated list: none, sleep:DURATION,
-// draingate.
+// draingate, draingate-tail.
 func ParseStrategies(list string) ([]Strategy, error) {
 	var out []Strategy
 	seen := map[string]bool{}
@@ -273,6 +277,8 @@ func ParseStrategies(list string) ([]Strategy, error) {
 			st = Strategy{Name: "none"}
 		case item == "draingate":
 			st = Strategy{Name: "draingate", Gate: true}
+		case item == "draingate-tail":
+			st = Strategy{Name: "draingate-tail", Gate: true, Set: []string{"trafficEvidence.enabled=false"}}
 		case strings.HasPrefix(item, "sleep:"):
 			d, err := time.ParseDuration(strings.TrimPrefix(item, "sleep:"))
 			if err != nil || d <= 0 {
@@ -282,7 +288,7 @@ func ParseStrategies(list string) ([]Strategy, error) {
 		case item == "":
 			return nil, fmt.Errorf("empty strategy in %q", list)
 		default:
-			return nil, fmt.Errorf("unknown strategy %q: want none, sleep:DURATION or draingate", item)
+			return nil, fmt.Errorf("unknown strategy %q: want none, sleep:DURATION, draingate or draingate-tail", item)
 		}
 		if seen[st.Name] {
 			return nil, fmt.Errorf("strategy %q given twice", st.Name)

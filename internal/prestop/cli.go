@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/cli"
+	"draingate.dev/draingate/internal/traffic"
 )
 
 // DefaultServer is the gate server's in-cluster address when neither
@@ -19,8 +21,8 @@ import (
 const DefaultServer = "http://draingate.draingate-system.svc:8080"
 
 // waitFlags are the wait command's flags. Each also reads DRAINGATE_<NAME>
-// (see envflag), so the webhook can configure the agent through env alone;
-// a flag wins over its variable.
+// (see internal/cli), so the webhook can configure the agent through env
+// alone; a flag wins over its variable.
 var waitFlags = []struct{ name, def, usage string }{
 	{"server", DefaultServer, "gate server root URL (http:// only)"},
 	{"max-wait", "90s", "longest wait for a release, from the start; the original hook runs after it"},
@@ -31,6 +33,8 @@ var waitFlags = []struct{ name, def, usage string }{
 	{"pod-name", "", "this pod's name (downward API: metadata.name)"},
 	{"pod-namespace", "", "this pod's namespace (downward API: metadata.namespace)"},
 	{"pod-uid", "", "this pod's UID (downward API: metadata.uid)"},
+	{"traffic-evidence", "true", "watch this pod's inbound TCP connections (its own sockets, every " + trafficInterval.String() +
+		") and send a summary with each ask, so the server can see whether routes still bring requests; false, or a kernel that refuses, sends none and the server relies on route tails alone"},
 	{"log", "", "also append the log lines to this file; /proc/1/fd/1 puts them in kubectl logs, since the kubelet drops a successful hook's output"},
 }
 
@@ -94,11 +98,11 @@ flags of wait, each also read from the environment variable shown:
 // says what is wrong, skips the wait (it cannot trust a deadline it could
 // not read) and still runs the original hook if that much was readable.
 func waitCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) {
-	cfg, logPath, problems := parseWait(args, getenv)
+	cfg, opts, problems := parseWait(args, getenv)
 	out := stdout
 	var logErr error
-	if logPath != "" {
-		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if opts.logPath != "" {
+		f, err := os.OpenFile(opts.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			logErr = err
 		} else {
@@ -110,6 +114,9 @@ func waitCommand(ctx context.Context, args []string, getenv func(string) string,
 	if logErr != nil {
 		log.printf("not logging to the --log file: %v", logErr)
 	}
+	for _, w := range opts.warnings {
+		log.printf("bad flag: %s", w)
+	}
 	if len(problems) > 0 {
 		for _, p := range problems {
 			log.printf("bad flag: %s", p)
@@ -119,12 +126,51 @@ func waitCommand(ctx context.Context, args []string, getenv func(string) string,
 		return
 	}
 	cfg.Out = out
+	// The watch starts before the first ask and ends when Run returns; a
+	// run that will not ask has nothing to send it with.
+	if opts.traffic && cfg.MaxWait > 0 && cfg.Validate() == nil {
+		summary, stop := startTraffic(traffic.Read, trafficInterval, log)
+		defer stop()
+		cfg.Traffic = summary
+	}
 	Run(ctx, cfg)
 }
 
+// boolFlags are the wait flags that may be given bare: --traffic-evidence
+// means --traffic-evidence=true.
+var boolFlags = map[string]bool{"traffic-evidence": true}
+
+// waitOptions are the wait command's settings that are not the Config of
+// one Run.
+type waitOptions struct {
+	// logPath is --log: a file to append the log lines to.
+	logPath string
+	// traffic is --traffic-evidence.
+	traffic bool
+	// warnings are bad settings that cost nothing but themselves, logged
+	// without skipping the wait.
+	warnings []string
+}
+
+// boolFlag is a boolean flag that package flag lets stand bare, kept as the
+// text given so that parseWait judges it and names where it came from.
+// Set never fails: a bad value is reported by parseWait instead.
+type boolFlag string
+
+func (b *boolFlag) String() string {
+	if b == nil {
+		return ""
+	}
+	return string(*b)
+}
+
+func (b *boolFlag) Set(s string) error { *b = boolFlag(s); return nil }
+
+func (b *boolFlag) IsBoolFlag() bool { return true }
+
 // parseWait reads the wait command's flags and environment. It reads all it
 // can past a bad flag, so that one mistake does not cost the original hook.
-func parseWait(args []string, getenv func(string) string) (cfg Config, logPath string, problems []string) {
+func parseWait(args []string, getenv func(string) string) (cfg Config, opts waitOptions, problems []string) {
 	flagArgs, argv := args, []string(nil)
 	for i, a := range args {
 		if a == "--" {
@@ -135,6 +181,11 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	for _, f := range waitFlags {
+		if boolFlags[f.name] {
+			b := boolFlag(f.def)
+			fs.Var(&b, f.name, f.usage)
+			continue
+		}
 		fs.String(f.name, f.def, f.usage)
 	}
 	for rest := flagArgs; len(rest) > 0; {
@@ -193,11 +244,20 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, logPath s
 	cfg.MaxWait = duration("max-wait", false)
 	cfg.Fallback = duration("fallback", false)
 	cfg.PollWait = duration("poll-wait", true)
-	logPath, _ = value("log")
+	opts.logPath, _ = value("log")
+	// A bad --traffic-evidence only turns the evidence off: without it the
+	// server relies on route tails alone, which is always safe, so it is
+	// no reason to skip the wait.
+	s, from := value("traffic-evidence")
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		opts.warnings = append(opts.warnings, fmt.Sprintf("%s %q is not true or false: sending no traffic evidence", from, s))
+	}
+	opts.traffic = on
 	var hookProblems []string
 	cfg.Then, hookProblems = pickHook(argv, set, value)
 	problems = append(problems, hookProblems...)
-	return cfg, logPath, problems
+	return cfg, opts, problems
 }
 
 // pickHook finds the original hook. The command line wins over the

@@ -19,33 +19,54 @@ func env(m map[string]string) func(string) string {
 }
 
 func TestParseWaitDefaultsAndEnv(t *testing.T) {
-	cfg, logPath, problems := parseWait(nil, env(nil))
+	cfg, opts, problems := parseWait(nil, env(nil))
 	want := Config{Server: DefaultServer, MaxWait: 90 * time.Second, Fallback: 30 * time.Second, PollWait: 20 * time.Second}
-	if !reflect.DeepEqual(cfg, want) || logPath != "" || problems != nil {
-		t.Errorf("defaults: %+v %q %v", cfg, logPath, problems)
+	if !reflect.DeepEqual(cfg, want) || !reflect.DeepEqual(opts, waitOptions{traffic: true}) || problems != nil {
+		t.Errorf("defaults: %+v %+v %v", cfg, opts, problems)
 	}
 
 	e := env(map[string]string{
 		"DRAINGATE_SERVER": "http://gate:9090", "DRAINGATE_MAX_WAIT": "2m", "DRAINGATE_FALLBACK": "10s",
 		"DRAINGATE_POLL_WAIT": "5s", "DRAINGATE_THEN_SLEEP": "3s", "DRAINGATE_LOG": "/proc/1/fd/1",
 		"DRAINGATE_POD_NAME": "web-0", "DRAINGATE_POD_NAMESPACE": "shop", "DRAINGATE_POD_UID": testUID,
+		"DRAINGATE_TRAFFIC_EVIDENCE": "false",
 	})
-	cfg, logPath, problems = parseWait(nil, e)
+	cfg, opts, problems = parseWait(nil, e)
 	want = Config{Server: "http://gate:9090", Namespace: "shop", Pod: "web-0", UID: testUID,
 		MaxWait: 2 * time.Minute, Fallback: 10 * time.Second, PollWait: 5 * time.Second, Then: Hook{Sleep: 3 * time.Second}}
-	if !reflect.DeepEqual(cfg, want) || logPath != "/proc/1/fd/1" || problems != nil {
-		t.Errorf("env: %+v %q %v", cfg, logPath, problems)
+	if !reflect.DeepEqual(cfg, want) || !reflect.DeepEqual(opts, waitOptions{logPath: "/proc/1/fd/1"}) || problems != nil {
+		t.Errorf("env: %+v %+v %v", cfg, opts, problems)
 	}
 
 	// Flags win over env; a hook on the command line replaces the env's.
-	cfg, _, problems = parseWait([]string{"--server", "http://other", "-max-wait=45s", "--", "/app/stop", "--now"}, e)
+	// A boolean flag may stand bare.
+	cfg, opts, problems = parseWait([]string{"--server", "http://other", "-max-wait=45s", "--traffic-evidence", "--", "/app/stop", "--now"}, e)
 	if cfg.Server != "http://other" || cfg.MaxWait != 45*time.Second || cfg.Fallback != 10*time.Second ||
-		!reflect.DeepEqual(cfg.Then, Hook{Exec: []string{"/app/stop", "--now"}}) || problems != nil {
-		t.Errorf("flags over env: %+v %v", cfg, problems)
+		!reflect.DeepEqual(cfg.Then, Hook{Exec: []string{"/app/stop", "--now"}}) || !opts.traffic || problems != nil {
+		t.Errorf("flags over env: %+v %+v %v", cfg, opts, problems)
+	}
+	if _, opts, _ = parseWait([]string{"--traffic-evidence=false"}, env(nil)); opts.traffic {
+		t.Error("--traffic-evidence=false left the evidence on")
 	}
 	cfg, _, _ = parseWait([]string{"--then-http-get", "http://127.0.0.1:8080/stop"}, e)
 	if !reflect.DeepEqual(cfg.Then, Hook{HTTPGet: "http://127.0.0.1:8080/stop"}) {
 		t.Errorf("http-get flag over env sleep: %+v", cfg.Then)
+	}
+
+	// A bad --traffic-evidence turns the evidence off with a warning, but
+	// is no reason to skip the wait.
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--traffic-evidence=maybe"}, nil, `--traffic-evidence "maybe" is not true or false`},
+		{nil, map[string]string{"DRAINGATE_TRAFFIC_EVIDENCE": "on"}, `$DRAINGATE_TRAFFIC_EVIDENCE "on" is not true or false`},
+	} {
+		_, opts, problems := parseWait(c.args, env(c.env))
+		if opts.traffic || len(opts.warnings) != 1 || !strings.Contains(opts.warnings[0], c.want) || problems != nil {
+			t.Errorf("%q %v: %+v, problems %v; want evidence off, warning %q", c.args, c.env, opts, problems, c.want)
+		}
 	}
 
 	// A bad value is blamed on where it came from.
@@ -106,6 +127,20 @@ func TestMainWait(t *testing.T) {
 	}
 	h.only(t)
 	mustContain(t, stdout.String(), "released after", "original hook done")
+	// The evidence is on by default; where the kernel refuses sock_diag the
+	// agent says so and asks without it.
+	switch asks := g.recorded(); {
+	case strings.Contains(stdout.String(), "traffic evidence on: watching inbound TCP to "):
+		if len(asks) != 1 || asks[0].req.Traffic == nil {
+			t.Errorf("evidence on, but the ask carried none: %+v", asks)
+		}
+	case strings.Contains(stdout.String(), "traffic evidence off: "):
+		if len(asks) != 1 || asks[0].req.Traffic != nil {
+			t.Errorf("evidence off, but the ask carried some: %+v", asks)
+		}
+	default:
+		t.Errorf("the log does not say whether traffic evidence is on:\n%s", stdout.String())
+	}
 	if b, _ := os.ReadFile(logFile); string(b) != stdout.String() {
 		t.Errorf("--log file differs from stdout:\n%s", b)
 	}

@@ -34,6 +34,11 @@ type Config struct {
 	Fallback time.Duration
 	// PollWait is the wait each long-poll asks for (default 20 s).
 	PollWait time.Duration
+	// Traffic, when set, is called before every ask for the evidence of
+	// what the pod still receives (see internal/traffic), sent along as
+	// the request's traffic; it may return nil (no evidence). Nil sends
+	// none, and the server relies on route tails alone.
+	Traffic func() *api.Traffic
 	// Then is the container's original preStop hook, run after the wait.
 	Then Hook
 	// Out gets one line per decision, and the exec hook's output; nil

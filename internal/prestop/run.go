@@ -116,6 +116,12 @@ func (w *waiter) run(ctx context.Context) {
 			// last verdict arrives instead of being cut off.
 			req.Wait = min(cfg.PollWait, remaining-min(time.Second, remaining/10)).Truncate(time.Millisecond)
 		}
+		// The evidence is taken afresh for every ask: the server weighs
+		// it as of the moment it asks.
+		req.Traffic = nil
+		if cfg.Traffic != nil {
+			req.Traffic = cfg.Traffic()
+		}
 		timeout := min(limit.Sub(now), req.Wait+answerSlack)
 		resp, err := w.ask(ctx, req, timeout)
 		w.res.Asks++

@@ -1,0 +1,88 @@
+// Package traffic is the preStop agent's eye on its own pod's inbound TCP
+// traffic: it reads the TCP sockets of the network namespace it runs in (the
+// pod's, since a preStop hook runs inside the pod) and turns a series of such
+// readings into the api.Traffic summary the agent sends with each ask. The
+// gate server decides what the evidence means; this package only counts, and
+// wherever it cannot tell, it counts so that traffic looks more recent, never
+// less.
+//
+// # Reading
+//
+// Read takes one snapshot: a NETLINK_SOCK_DIAG dump of the namespace's TCP
+// sockets, IPv4 and IPv6, with each socket's tcp_info, plus the namespace's
+// TCP PassiveOpens counter from /proc/net/snmp. It lists the listening ports
+// and every connected socket (all states but SYN_SENT, which is an outbound
+// connection not yet made, and NEW_SYN_RECV, a handshake the kernel has not
+// turned into a socket yet) with its addresses, its socket cookie and what
+// its tcp_info says about received data. Older kernels send a shorter
+// tcp_info; a field past its end is unknown, never zero (see Info).
+//
+// # What counts as an arrival
+//
+// A Watcher samples again and again and counts arrivals:
+//
+//   - An inbound connection is a connected socket whose local port was a
+//     listening port of the namespace (at any sample) and whose remote
+//     address is not the pod's own: loopback, or an address some socket of
+//     the namespace is bound to. Traffic inside the pod, such as a sidecar
+//     proxy's to its app, is not a route's. Remote addresses are unmapped
+//     (an IPv4-mapped IPv6 address counts as the IPv4 address).
+//   - The first successful sample is the baseline: the connections open then
+//     are remembered with their counters, not counted.
+//   - After it, a connection whose cookie was not seen before is one arrival,
+//     and a known connection whose received bytes grew is one arrival. The
+//     arrival's time is the sample's time minus tcpi_last_data_recv, clamped
+//     into the interval since the previous sample; a new connection without
+//     data yet (or whose data the kernel does not tell) arrives at the
+//     sample's time, the latest it can have.
+//   - Several requests on one connection between two samples are one
+//     arrival: the rates the server fits get lower, so its quiet bounds get
+//     longer, never shorter.
+//   - A peer's FIN takes one sequence number, which the kernel counts in
+//     tcpi_bytes_received; a connection whose peer closed since the previous
+//     sample must have grown by more than that one to count.
+//   - Without tcpi_bytes_received (kernels before 4.1) growth is read from
+//     tcpi_data_segs_in, else tcpi_segs_in (which also counts bare
+//     acknowledgements, so it overcounts), else from tcpi_last_data_recv
+//     moving forward.
+//   - A connection in TIME_WAIT has no tcp_info (nor has one in FIN_WAIT2
+//     that the app already closed, which the kernel keeps the same way): a
+//     new one (a connection that opened and that the pod closed between two
+//     samples) is an arrival at the sample's time; for a known one the last burst before
+//     the close is not seen. Nor is it for a known connection that vanishes
+//     between two samples. Both lose at most the last burst of a connection
+//     that is closing anyway, while counting every close as an arrival would
+//     make each load balancer's closing of its connections look like
+//     traffic.
+//
+// # Unknown arrivals
+//
+// A connection that opens and vanishes between two samples is never seen.
+// The kernel still counts it in PassiveOpens: when the counter rose by more
+// than the passive opens the sample saw (new sockets on a listening port,
+// in-pod ones included, and the client ends of in-pod connections whose
+// server end is gone), the difference counts as that many arrivals in
+// Traffic.Unknown at the sample's time, the latest possible. Their port is
+// unknown, so the server counts them against every route. When the counter
+// cannot be read, none are counted (PassiveOpensErr says why).
+//
+// # Summary and bounds
+//
+// Per remote address and local port the Watcher keeps the number of
+// arrivals, the first one's time and the latest api.MaxTrafficAges times.
+// Summary gives them as ages before the moment asked about, with the time
+// watched since the baseline. It lists at most api.MaxTrafficSources
+// sources, those with the most arrivals (ties: the most recent last
+// arrival, then the lower address and port); the arrivals of the sources
+// left out go to Unknown, so that a quiet-looking summary never hides a
+// recent arrival. Memory stays bounded: connections are forgotten once gone,
+// and after maxKeys sources, a new source's arrivals go to Unknown.
+//
+// A failed read ends the watch for good: Summary then returns nil, because
+// a watcher with a gap can no longer vouch for the time it claims to have
+// watched, and no evidence is safer than evidence of quiet that was never
+// observed.
+//
+// It imports the standard library (syscall, not golang.org/x/sys) and
+// draingate's api only, so the agent stays a small static binary.
+package traffic

@@ -1,0 +1,427 @@
+package traffic
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+const (
+	// maxKeys bounds how many sources (remote address, local port) a
+	// Watcher keeps apart; a new source past it counts in Unknown, which
+	// the server holds against every route.
+	maxKeys = 4096
+	// maxArrivals is where a count stops growing: ParseTraffic takes no
+	// more, and no watch of minutes comes near it.
+	maxArrivals = 1 << 30
+	// maxAge is the longest duration a summary carries (ParseTraffic's
+	// bound): a watch longer than a week is summarised as a week.
+	maxAge = 7 * 24 * time.Hour
+	// lastRecvSlack is how far tcpi_last_data_recv must move forward to
+	// count as new data when nothing else tells (kernels before 4.1): the
+	// value is in jiffies (up to 10 ms each) and read a moment after the
+	// sample's time, so smaller moves are noise.
+	lastRecvSlack = 25 * time.Millisecond
+)
+
+// Watcher turns successive snapshots into arrivals per source (see the
+// package doc for the rules). One goroutine calls Sample; Summary may be
+// called from any goroutine at any time.
+type Watcher struct {
+	read func() (Snapshot, error)
+
+	mu      sync.Mutex
+	err     error // the failed read that ended the watch
+	started bool
+	start   time.Time // the baseline sample's time
+	last    time.Time // the latest successful sample's time
+	ports   portSet   // every port seen listening
+	listen  []uint16  // the ports listening at the latest sample
+	conns   map[uint64]seen
+
+	passive    uint64
+	passiveOK  bool
+	passiveErr error
+
+	keys    map[source]*record
+	unknown record
+}
+
+// source is whom an arrival is from: the remote address and the pod's own
+// port it reached.
+type source struct {
+	addr netip.Addr
+	port uint16
+}
+
+// seen is what a Watcher remembers of a connection between two samples.
+type seen struct {
+	inbound  bool
+	src      source
+	state    State
+	info     Info
+	lastRecv time.Time // the latest data receipt tcpi_last_data_recv implied
+}
+
+// record is one source's arrivals.
+type record struct {
+	arrivals int
+	first    time.Time
+	latest   []time.Time // ascending, the last api.MaxTrafficAges
+}
+
+// NewWatcher returns a Watcher taking its snapshots from read (Read, or a
+// test's script).
+func NewWatcher(read func() (Snapshot, error)) *Watcher {
+	return &Watcher{read: read, conns: map[uint64]seen{}, keys: map[source]*record{}}
+}
+
+// Sample takes one snapshot and counts what arrived since the previous
+// one; now should be the time just before the call. The first successful
+// sample is the baseline. A failed read ends the watch: Sample returns that
+// error from then on without reading, and Summary returns nil.
+func (w *Watcher) Sample(now time.Time) error {
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The read runs unlocked so that a Summary never waits on the kernel;
+	// there is only one sampling goroutine, so nothing else changes the
+	// state meanwhile.
+	snap, err := w.read()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.err = err
+		return err
+	}
+	w.apply(snap, now)
+	return nil
+}
+
+// Listening is the ports listening at the latest successful sample.
+func (w *Watcher) Listening() []uint16 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.listen)
+}
+
+// PassiveOpensErr is why the latest successful sample could not read the
+// PassiveOpens counter (no unknown arrivals are counted without it), or nil.
+func (w *Watcher) PassiveOpensErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.passiveErr
+}
+
+// arrival is one arrival found by a sample.
+type arrival struct {
+	src source
+	at  time.Time
+}
+
+func (w *Watcher) apply(snap Snapshot, now time.Time) {
+	if w.started && now.Before(w.last) {
+		// Time never runs backwards between two samples; if a caller's
+		// clock did, its sample counts as taken with the previous one.
+		now = w.last
+	}
+	for _, p := range snap.Listening {
+		if p != 0 {
+			w.ports.add(p)
+		}
+	}
+	w.listen = slices.Clone(snap.Listening)
+
+	// The pod's own addresses are those its sockets are bound to; a peer
+	// at one of them is the pod talking to itself. ends lets a client end
+	// find its server end.
+	self := map[netip.Addr]bool{}
+	ends := map[[2]netip.AddrPort]bool{}
+	for _, c := range snap.Conns {
+		if a := c.Local.Addr().WithZone("").Unmap(); a.IsValid() && !a.IsUnspecified() {
+			self[a] = true
+		}
+		ends[[2]netip.AddrPort{c.Local, c.Remote}] = true
+	}
+	isSelf := func(a netip.Addr) bool { return a.IsLoopback() || self[a] }
+
+	next := make(map[uint64]seen, len(snap.Conns))
+	var found []arrival
+	passiveSeen := uint64(0) // passive opens this sample accounts for
+	for _, c := range snap.Conns {
+		remote := c.Remote.Addr().WithZone("").Unmap()
+		if !remote.IsValid() || remote.IsUnspecified() || c.Remote.Port() == 0 || c.Local.Port() == 0 {
+			// Not connected to anybody (a socket the kernel has
+			// disconnected): nothing can arrive on it.
+			continue
+		}
+		s := seen{src: source{remote, c.Local.Port()}, state: c.State, info: c.Info}
+		if c.Info.HasLastDataRecv {
+			s.lastRecv = now.Add(-c.Info.LastDataRecv)
+		}
+		prev, known := w.conns[c.Cookie]
+		switch {
+		case known:
+			s.inbound = prev.inbound
+			if !c.Info.HasLastDataRecv {
+				s.lastRecv = prev.lastRecv
+			} else if prev.lastRecv.After(s.lastRecv) {
+				// Estimates jitter by a jiffy; keep the latest so that
+				// jitter never looks like new data.
+				s.lastRecv = prev.lastRecv
+			}
+			if !hasCounter(c.Info) {
+				// A TIME_WAIT socket keeps no tcp_info: keep the
+				// counters it had, to compare with if it ever has some.
+				s.info = prev.info
+			}
+			if s.inbound {
+				if at, ok := w.grew(prev, c, now); ok {
+					found = append(found, arrival{s.src, at})
+				}
+			}
+		default:
+			server := w.ports.has(c.Local.Port())
+			s.inbound = server && !isSelf(remote)
+			if !w.started {
+				break // the baseline: remembered, not counted
+			}
+			if server {
+				passiveSeen++
+			} else if isSelf(remote) && w.ports.has(c.Remote.Port()) &&
+				!ends[[2]netip.AddrPort{c.Remote, c.Local}] {
+				// The client end of an in-pod connection whose server
+				// end is gone: its passive open happened, unseen.
+				passiveSeen++
+			}
+			if s.inbound {
+				found = append(found, arrival{s.src, w.arrivedNew(c, now)})
+			}
+		}
+		next[c.Cookie] = s
+	}
+	w.conns = next
+
+	// Connections that opened and vanished between two samples show only
+	// in the counter.
+	var unseen uint64
+	ok := snap.PassiveOpensErr == nil
+	if w.started && ok && w.passiveOK && snap.PassiveOpens > w.passive && snap.PassiveOpens-w.passive > passiveSeen {
+		unseen = snap.PassiveOpens - w.passive - passiveSeen
+	}
+	w.passive, w.passiveOK, w.passiveErr = snap.PassiveOpens, ok, snap.PassiveOpensErr
+
+	if !w.started {
+		w.started, w.start = true, now
+	}
+	w.last = now
+
+	slices.SortStableFunc(found, func(a, b arrival) int { return a.at.Compare(b.at) })
+	for _, a := range found {
+		r := w.keys[a.src]
+		if r == nil {
+			if len(w.keys) >= maxKeys {
+				w.unknown.add(a.at, 1)
+				continue
+			}
+			r = &record{}
+			w.keys[a.src] = r
+		}
+		r.add(a.at, 1)
+	}
+	if unseen > 0 {
+		w.unknown.add(now, int(min(unseen, maxArrivals)))
+	}
+}
+
+// hasCounter reports whether tcp_info told anything about received data.
+func hasCounter(in Info) bool {
+	return in.HasBytesReceived || in.HasDataSegsIn || in.HasSegsIn || in.HasLastDataRecv
+}
+
+// grew reports whether the known connection prev, now c, received data since
+// the previous sample, and when.
+func (w *Watcher) grew(prev seen, c Conn, now time.Time) (time.Time, bool) {
+	in, was := c.Info, prev.info
+	var more bool
+	switch {
+	case in.HasBytesReceived && was.HasBytesReceived:
+		delta := in.BytesReceived - was.BytesReceived
+		if in.BytesReceived < was.BytesReceived {
+			delta = 0
+		}
+		if c.State.peerClosed() && !prev.state.peerClosed() && delta > 0 {
+			delta-- // the FIN's sequence number, not data
+		}
+		more = delta > 0
+	case in.HasDataSegsIn && was.HasDataSegsIn:
+		more = in.DataSegsIn != was.DataSegsIn
+	case in.HasSegsIn && was.HasSegsIn:
+		more = in.SegsIn != was.SegsIn
+	case in.HasLastDataRecv && !prev.lastRecv.IsZero():
+		more = now.Add(-in.LastDataRecv).Sub(prev.lastRecv) > lastRecvSlack
+	case hasCounter(in) && !hasCounter(was) && prev.state != TimeWait:
+		// Counters appearing where there were none (a kernel changing
+		// its mind) cannot be compared: count, as the safe side.
+		return now, true
+	}
+	if !more {
+		return time.Time{}, false
+	}
+	return w.when(in, now), true
+}
+
+// arrivedNew is when the new connection c arrived: its data's time when it
+// has received some, else the sample's time.
+func (w *Watcher) arrivedNew(c Conn, now time.Time) time.Time {
+	in := c.Info
+	var data bool
+	switch {
+	case in.HasBytesReceived:
+		fin := uint64(0)
+		if c.State.peerClosed() {
+			fin = 1
+		}
+		data = in.BytesReceived > fin
+	case in.HasDataSegsIn:
+		data = in.DataSegsIn > 0
+	}
+	// Without either counter (segs_in counts the handshake too) nothing
+	// tells data from none: the sample's time, the latest possible.
+	if !data {
+		return now
+	}
+	return w.when(in, now)
+}
+
+// when is the time of the data tcp_info reports, clamped into the interval
+// since the previous sample: what arrived before it was counted then (a
+// jiffy's rounding can put it a little earlier), nothing arrives after now.
+func (w *Watcher) when(in Info, now time.Time) time.Time {
+	if !in.HasLastDataRecv || !now.After(w.last) {
+		return now
+	}
+	at := now.Add(-in.LastDataRecv)
+	if !at.After(w.last) {
+		return w.last.Add(time.Nanosecond)
+	}
+	if at.After(now) {
+		return now
+	}
+	return at
+}
+
+// add counts n arrivals at t.
+func (r *record) add(t time.Time, n int) {
+	if r.arrivals == 0 || t.Before(r.first) {
+		r.first = t
+	}
+	r.arrivals = min(r.arrivals+n, maxArrivals)
+	for range min(n, api.MaxTrafficAges) {
+		i, _ := slices.BinarySearchFunc(r.latest, t, func(e, t time.Time) int {
+			// Equal times go after the ones already kept.
+			if e.After(t) {
+				return 1
+			}
+			return -1
+		})
+		r.latest = slices.Insert(r.latest, i, t)
+		if len(r.latest) > api.MaxTrafficAges {
+			r.latest = r.latest[1:]
+		}
+	}
+	// Reslicing from the front never frees; copy now and then so that a
+	// long watch keeps only what it uses.
+	if cap(r.latest) > 4*api.MaxTrafficAges {
+		r.latest = slices.Clone(r.latest)
+	}
+}
+
+// merge adds o's arrivals to r.
+func (r *record) merge(o *record) {
+	if o.arrivals == 0 {
+		return
+	}
+	if r.arrivals == 0 || o.first.Before(r.first) {
+		r.first = o.first
+	}
+	r.arrivals = min(r.arrivals+o.arrivals, maxArrivals)
+	all := append(slices.Clone(r.latest), o.latest...)
+	slices.SortStableFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	r.latest = all[max(0, len(all)-api.MaxTrafficAges):]
+}
+
+func (r *record) lastAt() time.Time {
+	if len(r.latest) == 0 {
+		return time.Time{}
+	}
+	return r.latest[len(r.latest)-1]
+}
+
+// Summary is the evidence as of now: nil before the baseline sample and
+// after a failed one. It always passes api.ParseTraffic once encoded.
+func (w *Watcher) Summary(now time.Time) *api.Traffic {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started || w.err != nil {
+		return nil
+	}
+	age := func(t time.Time) time.Duration { return min(max(now.Sub(t), 0), maxAge) }
+	t := &api.Traffic{Watched: age(w.start)}
+
+	srcs := make([]source, 0, len(w.keys))
+	for s := range w.keys {
+		srcs = append(srcs, s)
+	}
+	slices.SortFunc(srcs, func(a, b source) int {
+		ra, rb := w.keys[a], w.keys[b]
+		if c := cmp.Compare(rb.arrivals, ra.arrivals); c != 0 {
+			return c
+		}
+		if c := rb.lastAt().Compare(ra.lastAt()); c != 0 {
+			return c
+		}
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.port, b.port)
+	})
+	summarise := func(r *record) api.SourceTraffic {
+		st := api.SourceTraffic{Arrivals: r.arrivals, First: age(r.first)}
+		for i := len(r.latest) - 1; i >= 0; i-- {
+			st.Last = append(st.Last, age(r.latest[i]))
+		}
+		return st
+	}
+	unknown := w.unknown
+	unknown.latest = slices.Clone(unknown.latest)
+	for i, s := range srcs {
+		r := w.keys[s]
+		if i >= api.MaxTrafficSources {
+			// Left out of the summary but not of the evidence: the
+			// server holds Unknown against every route.
+			unknown.merge(r)
+			continue
+		}
+		st := summarise(r)
+		st.Addr, st.Port = s.addr, s.port
+		t.Sources = append(t.Sources, st)
+	}
+	if unknown.arrivals > 0 {
+		t.Unknown = summarise(&unknown)
+	}
+	return t
+}
+
+// portSet is a set of ports, a bit each: 8 KiB whatever the pod listens on.
+type portSet [1 << 16 / 64]uint64
+
+func (p *portSet) add(port uint16)      { p[port/64] |= 1 << (port % 64) }
+func (p *portSet) has(port uint16) bool { return p[port/64]&(1<<(port%64)) != 0 }

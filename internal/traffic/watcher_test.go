@@ -1,0 +1,552 @@
+package traffic
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+// The watcher's tests script its reads: each sample gets the snapshot the
+// test set, so the counting is a pure function of the inputs and the times
+// are exact.
+
+var testStart = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+const tick = 100 * time.Millisecond
+
+// at is the time of the k-th sample, k ticks after the baseline.
+func at(k int) time.Time { return testStart.Add(time.Duration(k) * tick) }
+
+const podIP = "10.244.0.7"
+
+type script struct {
+	snap  Snapshot
+	err   error
+	reads int
+}
+
+func (s *script) read() (Snapshot, error) {
+	s.reads++
+	return s.snap, s.err
+}
+
+// newScripted returns a watcher reading sc, listening on ports.
+func newScripted(ports ...uint16) (*Watcher, *script) {
+	sc := &script{snap: Snapshot{Listening: ports}}
+	return NewWatcher(sc.read), sc
+}
+
+func (s *script) conns(cs ...Conn) *script {
+	s.snap.Conns = cs
+	return s
+}
+
+func sample(t *testing.T, w *Watcher, k int) {
+	t.Helper()
+	if err := w.Sample(at(k)); err != nil {
+		t.Fatalf("sample %d: %v", k, err)
+	}
+}
+
+// info is what a current kernel's tcp_info says.
+func info(bytes uint64, lastRecv time.Duration) Info {
+	segs := uint32(bytes/100 + 1)
+	return Info{BytesReceived: bytes, HasBytesReceived: true, DataSegsIn: segs, HasDataSegsIn: true,
+		SegsIn: segs + 3, HasSegsIn: true, LastDataRecv: lastRecv, HasLastDataRecv: true}
+}
+
+// inbound is an established connection from remote to the pod's port.
+func inbound(cookie uint64, remote string, port uint16, bytes uint64, lastRecv time.Duration) Conn {
+	return Conn{Cookie: cookie, State: Established, Local: netip.AddrPortFrom(netip.MustParseAddr(podIP), port),
+		Remote: ap(remote), Info: info(bytes, lastRecv)}
+}
+
+func (c Conn) in(s State) Conn { c.State = s; return c }
+
+func src(addr string, port uint16, arrivals int, first time.Duration, last ...time.Duration) api.SourceTraffic {
+	return api.SourceTraffic{Addr: netip.MustParseAddr(addr), Port: port, Arrivals: arrivals, First: first, Last: last}
+}
+
+// check compares a summary with want, and checks it survives the wire.
+func check(t *testing.T, got *api.Traffic, want api.Traffic) {
+	t.Helper()
+	if got == nil {
+		t.Fatal("no summary")
+	}
+	if !reflect.DeepEqual(*got, want) {
+		t.Errorf("summary:\n got %+v\nwant %+v", *got, want)
+	}
+	roundTrip(t, got)
+}
+
+func roundTrip(t *testing.T, s *api.Traffic) {
+	t.Helper()
+	enc := api.EncodeTraffic(s)
+	p, err := api.ParseTraffic(enc)
+	if err != nil {
+		t.Fatalf("summary %+v encodes as %q, which ParseTraffic refuses: %v", *s, enc, err)
+	}
+	if len(p.Sources) != len(s.Sources) || p.Unknown.Arrivals != s.Unknown.Arrivals {
+		t.Fatalf("summary %+v came back as %+v", *s, *p)
+	}
+}
+
+func TestWatcherCountsArrivals(t *testing.T) {
+	w, sc := newScripted(8080, 9090)
+	if w.Summary(at(0)) != nil {
+		t.Error("a summary before any sample")
+	}
+	sc.snap.PassiveOpens = 10
+	a := inbound(1, "10.0.0.1:5000", 8080, 100, time.Second)
+	sc.conns(a)
+	sample(t, w, 0)
+	check(t, w.Summary(at(0)), api.Traffic{})
+
+	// A new connection with data arrived when its data did; one without
+	// data yet at the sample's time.
+	b := inbound(2, "10.0.0.2:6000", 8080, 50, 30*time.Millisecond)
+	c := inbound(3, "10.0.0.3:7000", 9090, 0, 80*time.Millisecond)
+	sc.snap.PassiveOpens = 12
+	sc.conns(a, b, c)
+	sample(t, w, 1)
+
+	// A known connection's growth is one arrival, however many requests
+	// it was; data that seems older than the previous sample (a jiffy's
+	// rounding) is put just after it.
+	a.Info = info(300, 10*time.Millisecond)
+	c.Info = info(10, 500*time.Millisecond)
+	sc.conns(a, b, c)
+	sample(t, w, 2)
+
+	check(t, w.Summary(at(3)), api.Traffic{
+		Watched: 300 * time.Millisecond,
+		Sources: []api.SourceTraffic{
+			src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond),
+			src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond),
+			src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond),
+		},
+	})
+	if got := w.Listening(); !reflect.DeepEqual(got, []uint16{8080, 9090}) {
+		t.Errorf("Listening() = %v", got)
+	}
+	if err := w.PassiveOpensErr(); err != nil {
+		t.Errorf("PassiveOpensErr() = %v", err)
+	}
+}
+
+func TestWatcherIgnoresInPodAndOutbound(t *testing.T) {
+	w, sc := newScripted(8080)
+	sample(t, w, 0)
+	pod := func(port uint16) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(podIP), port) }
+	sc.snap.PassiveOpens = 4
+	sc.conns(
+		// A sidecar proxy to its app over loopback: both ends.
+		Conn{Cookie: 1, State: Established, Local: ap("127.0.0.1:8080"), Remote: ap("127.0.0.1:40000"), Info: info(10, 0)},
+		Conn{Cookie: 2, State: Established, Local: ap("127.0.0.1:40000"), Remote: ap("127.0.0.1:8080"), Info: info(10, 0)},
+		Conn{Cookie: 3, State: Established, Local: ap("[::1]:8080"), Remote: ap("[::1]:40001"), Info: info(10, 0)},
+		// The pod calling itself on its own address.
+		Conn{Cookie: 4, State: Established, Local: pod(8080), Remote: pod(41000), Info: info(10, 0)},
+		Conn{Cookie: 5, State: Established, Local: pod(41000), Remote: pod(8080), Info: info(10, 0)},
+		// The app calling out, and the agent calling the gate.
+		Conn{Cookie: 6, State: Established, Local: pod(43000), Remote: ap("10.96.0.1:443"), Info: info(10, 0)},
+		Conn{Cookie: 7, State: Established, Local: pod(43001), Remote: ap("10.96.0.10:8080"), Info: info(10, 0)},
+		// A route's connection on a dual-stack listener.
+		Conn{Cookie: 8, State: Established, Local: pod(8080), Remote: netip.AddrPortFrom(netip.MustParseAddr("::ffff:10.0.0.9"), 5000), Info: info(0, 0)},
+		// Not connected: a socket the kernel disconnected.
+		Conn{Cookie: 9, State: Close, Local: pod(8080), Remote: ap("0.0.0.0:0")},
+	)
+	sample(t, w, 1)
+	check(t, w.Summary(at(1)), api.Traffic{
+		Watched: tick,
+		Sources: []api.SourceTraffic{src("10.0.0.9", 8080, 1, 0, 0)},
+	})
+}
+
+func TestWatcherUnknownArrivals(t *testing.T) {
+	w, sc := newScripted(8080)
+	sc.snap.PassiveOpens = 100
+	sample(t, w, 0)
+
+	// Five passive opens: one seen open, one seen as the client end of an
+	// in-pod connection whose server end is gone; three never seen.
+	sc.snap.PassiveOpens = 105
+	sc.conns(
+		inbound(1, "10.0.0.1:5000", 8080, 0, 0),
+		Conn{Cookie: 2, State: TimeWait, Local: ap("127.0.0.1:50000"), Remote: ap("127.0.0.1:8080")},
+	)
+	sample(t, w, 1)
+	check(t, w.Summary(at(1)), api.Traffic{
+		Watched: tick,
+		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 0, 0)},
+		Unknown: api.SourceTraffic{Arrivals: 3, First: 0, Last: []time.Duration{0, 0, 0}},
+	})
+	sample(t, w, 2) // nothing new
+
+	// Without the counter nothing is counted, and the watcher says why;
+	// the sample after it is a new baseline for the counter.
+	sc.snap.PassiveOpens, sc.snap.PassiveOpensErr = 0, errors.New("no /proc")
+	sample(t, w, 3)
+	if w.PassiveOpensErr() == nil {
+		t.Error("PassiveOpensErr() = nil after a sample without the counter")
+	}
+	sc.snap.PassiveOpens, sc.snap.PassiveOpensErr = 200, nil
+	sample(t, w, 4)
+	sc.snap.PassiveOpens = 201
+	sample(t, w, 5)
+	if w.PassiveOpensErr() != nil {
+		t.Errorf("PassiveOpensErr() = %v once the counter is back", w.PassiveOpensErr())
+	}
+	check(t, w.Summary(at(5)), api.Traffic{
+		Watched: 5 * tick,
+		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 4*tick, 4*tick)},
+		Unknown: api.SourceTraffic{Arrivals: 4, First: 4 * tick, Last: []time.Duration{0, 4 * tick, 4 * tick, 4 * tick}},
+	})
+
+	// A counter that went backwards (it cannot) counts nothing.
+	sc.snap.PassiveOpens = 150
+	sample(t, w, 6)
+	if s := w.Summary(at(6)); s.Unknown.Arrivals != 4 {
+		t.Errorf("unknown arrivals %d after the counter went back, want still 4", s.Unknown.Arrivals)
+	}
+}
+
+func TestWatcherPeerFIN(t *testing.T) {
+	w, sc := newScripted(8080)
+	a := inbound(1, "10.0.0.1:5000", 8080, 5, time.Second)
+	d := inbound(4, "10.0.0.4:5000", 8080, 5, time.Second)
+	sc.conns(a, d)
+	sample(t, w, 0)
+
+	// The peer's FIN grows bytes_received by one: no data. A new
+	// connection whose peer already closed without sending data is still
+	// a new connection.
+	a = a.in(CloseWait)
+	a.Info = info(6, time.Second+tick)
+	d = d.in(CloseWait)
+	d.Info = info(9, 40*time.Millisecond) // three bytes and the FIN
+	b := inbound(2, "10.0.0.2:5000", 8080, 1, 50*time.Millisecond).in(CloseWait)
+	c := inbound(3, "10.0.0.3:5000", 8080, 11, 50*time.Millisecond).in(CloseWait)
+	sc.conns(a, b, c, d)
+	sample(t, w, 1)
+
+	// LAST_ACK after CLOSE_WAIT: the FIN was counted already.
+	a = a.in(LastAck)
+	a.Info = info(7, 20*time.Millisecond)
+	sc.conns(a, b, c, d)
+	sample(t, w, 2)
+
+	check(t, w.Summary(at(2)), api.Traffic{
+		Watched: 2 * tick,
+		Sources: []api.SourceTraffic{
+			src("10.0.0.1", 8080, 1, 20*time.Millisecond, 20*time.Millisecond),
+			src("10.0.0.2", 8080, 1, tick, tick),
+			src("10.0.0.4", 8080, 1, tick+40*time.Millisecond, tick+40*time.Millisecond),
+			src("10.0.0.3", 8080, 1, tick+50*time.Millisecond, tick+50*time.Millisecond),
+		},
+	})
+}
+
+func TestWatcherTimeWait(t *testing.T) {
+	w, sc := newScripted(8080)
+	sc.snap.PassiveOpens = 1
+	a := inbound(1, "10.0.0.1:5000", 8080, 10, time.Second)
+	sc.conns(a)
+	sample(t, w, 0)
+
+	// The pod closed a known connection: TIME_WAIT has no tcp_info, and
+	// its last burst is not guessed. A connection that opened and was
+	// closed by the pod between two samples is seen in TIME_WAIT: one
+	// arrival at the sample's time, and the passive open is accounted
+	// for.
+	tw := func(c Conn) Conn { c.State, c.Info = TimeWait, Info{}; return c }
+	e := inbound(2, "10.0.0.5:7000", 8080, 0, 0)
+	sc.snap.PassiveOpens = 2
+	sc.conns(tw(a), tw(e))
+	sample(t, w, 1)
+	sample(t, w, 2)
+	check(t, w.Summary(at(2)), api.Traffic{
+		Watched: 2 * tick,
+		Sources: []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
+	})
+}
+
+func TestWatcherOlderKernels(t *testing.T) {
+	w, sc := newScripted(8080)
+	// No bytes_received (before 4.1): data_segs_in, else segs_in, else
+	// last_data_recv moving forward.
+	dataSegs := Info{DataSegsIn: 3, HasDataSegsIn: true, SegsIn: 9, HasSegsIn: true, LastDataRecv: time.Second, HasLastDataRecv: true}
+	segs := Info{SegsIn: 9, HasSegsIn: true, LastDataRecv: time.Second, HasLastDataRecv: true}
+	lastOnly := Info{LastDataRecv: time.Second, HasLastDataRecv: true}
+	conn := func(cookie uint64, remote string, in Info) Conn {
+		c := inbound(cookie, remote, 8080, 0, 0)
+		c.Info = in
+		return c
+	}
+	sc.conns(conn(1, "10.0.0.1:1", dataSegs), conn(2, "10.0.0.2:1", segs), conn(3, "10.0.0.3:1", lastOnly))
+	sample(t, w, 0)
+
+	// Nothing grew; last_data_recv aged with the clock (plus a jiffy of
+	// jitter); a new connection whose counters cannot tell data from the
+	// handshake arrives at the sample's time.
+	age := func(in Info, d time.Duration) Info { in.LastDataRecv = d; return in }
+	sc.conns(conn(1, "10.0.0.1:1", age(dataSegs, time.Second+tick)), conn(2, "10.0.0.2:1", age(segs, time.Second+tick)),
+		conn(3, "10.0.0.3:1", age(lastOnly, time.Second+tick-10*time.Millisecond)),
+		conn(4, "10.0.0.4:1", age(segs, 60*time.Millisecond)))
+	sample(t, w, 1)
+	if s := w.Summary(at(1)); len(s.Sources) != 1 || s.Sources[0].Addr != netip.MustParseAddr("10.0.0.4") || s.Sources[0].First != 0 {
+		t.Fatalf("after ageing: %+v", s)
+	}
+
+	dataSegs.DataSegsIn++
+	segs.SegsIn++
+	sc.conns(conn(1, "10.0.0.1:1", age(dataSegs, 10*time.Millisecond)), conn(2, "10.0.0.2:1", age(segs, 20*time.Millisecond)),
+		conn(3, "10.0.0.3:1", age(lastOnly, 30*time.Millisecond)))
+	sample(t, w, 2)
+	check(t, w.Summary(at(2)), api.Traffic{
+		Watched: 2 * tick,
+		Sources: []api.SourceTraffic{
+			src("10.0.0.1", 8080, 1, 10*time.Millisecond, 10*time.Millisecond),
+			src("10.0.0.2", 8080, 1, 20*time.Millisecond, 20*time.Millisecond),
+			src("10.0.0.3", 8080, 1, 30*time.Millisecond, 30*time.Millisecond),
+			src("10.0.0.4", 8080, 1, tick, tick),
+		},
+	})
+}
+
+func TestWatcherForgetsConnectionsKeepsPorts(t *testing.T) {
+	w, sc := newScripted(8080)
+	sample(t, w, 0)
+	a := inbound(1, "10.0.0.1:5000", 8080, 10, 0)
+	sc.conns(a)
+	sample(t, w, 1)
+
+	// The app closed its listener (as many do on SIGTERM) and keeps
+	// serving its connections: they are still a route's.
+	sc.snap.Listening = nil
+	a.Info = info(20, 0)
+	sc.conns(a, inbound(2, "10.0.0.2:5000", 8080, 10, 0))
+	sample(t, w, 2)
+	if got := w.Listening(); len(got) != 0 {
+		t.Errorf("Listening() = %v, want none", got)
+	}
+
+	sc.conns()
+	sample(t, w, 3)
+	if len(w.conns) != 0 {
+		t.Errorf("%d connections remembered after all closed", len(w.conns))
+	}
+	check(t, w.Summary(at(3)), api.Traffic{
+		Watched: 3 * tick,
+		Sources: []api.SourceTraffic{
+			src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick),
+			src("10.0.0.2", 8080, 1, tick, tick),
+		},
+	})
+}
+
+func TestWatcherReadFailureEndsTheWatch(t *testing.T) {
+	w, sc := newScripted(8080)
+	sc.err = errors.New("sock_diag: permission denied")
+	if err := w.Sample(at(0)); err == nil || w.Summary(at(0)) != nil {
+		t.Fatalf("failed baseline: err %v, summary %+v", err, w.Summary(at(0)))
+	}
+
+	w, sc = newScripted(8080)
+	sample(t, w, 0)
+	sc.conns(inbound(1, "10.0.0.1:5000", 8080, 10, 0))
+	sample(t, w, 1)
+	if w.Summary(at(1)) == nil {
+		t.Fatal("no summary after two samples")
+	}
+	boom := errors.New("sock_diag sent nothing for 500ms")
+	sc.err = boom
+	if err := w.Sample(at(2)); err != boom {
+		t.Fatalf("Sample = %v, want %v", err, boom)
+	}
+	if s := w.Summary(at(2)); s != nil {
+		t.Errorf("summary after a failed read: %+v, want nil (no evidence rather than unobserved quiet)", s)
+	}
+	sc.err = nil
+	reads := sc.reads
+	if err := w.Sample(at(3)); err != boom || sc.reads != reads || w.Summary(at(3)) != nil {
+		t.Errorf("after the failure: Sample = %v, %d more reads, summary %+v; want the same error, no read, nil", err, sc.reads-reads, w.Summary(at(3)))
+	}
+}
+
+func TestWatcherBounds(t *testing.T) {
+	w, sc := newScripted(8080)
+	sc.snap.PassiveOpensErr = errors.New("not in this test")
+	sample(t, w, 0)
+	// Source i (10.0.1.i) opens one connection per sample from sample
+	// i+1 on: 40-i arrivals by sample 40.
+	const n = 40
+	for k := 1; k <= n; k++ {
+		var cs []Conn
+		for i := range k {
+			cs = append(cs, inbound(uint64(k*1000+i), fmt.Sprintf("10.0.1.%d:5000", i), 8080, 0, 0))
+		}
+		sc.conns(cs...)
+		sample(t, w, k)
+	}
+	s := w.Summary(at(n))
+	roundTrip(t, s)
+	if len(s.Sources) != api.MaxTrafficSources {
+		t.Fatalf("%d sources, want %d", len(s.Sources), api.MaxTrafficSources)
+	}
+	top := s.Sources[0]
+	if top.Addr != netip.MustParseAddr("10.0.1.0") || top.Arrivals != n || top.First != time.Duration(n-1)*tick ||
+		len(top.Last) != api.MaxTrafficAges || top.Last[0] != 0 || top.Last[api.MaxTrafficAges-1] != time.Duration(api.MaxTrafficAges-1)*tick {
+		t.Errorf("busiest source %+v", top)
+	}
+	if last := s.Sources[api.MaxTrafficSources-1]; last.Addr != netip.MustParseAddr("10.0.1.31") || last.Arrivals != n-31 {
+		t.Errorf("last source kept %+v, want 10.0.1.31", last)
+	}
+	// Sources 32..39 are left out; their 8+7+…+1 arrivals, the first at
+	// sample 33, count as unknown.
+	if u := s.Unknown; u.Arrivals != 36 || u.First != (n-33)*tick || len(u.Last) != api.MaxTrafficAges || u.Last[0] != 0 {
+		t.Errorf("unknown %+v, want the left-out sources' 36 arrivals", u)
+	}
+
+	// Ties: the most recent last arrival first, then the lower address and
+	// port.
+	w, sc = newScripted(8080, 9090)
+	sample(t, w, 0)
+	sc.conns(inbound(1, "10.0.0.2:1", 8080, 0, 0), inbound(2, "10.0.0.1:1", 9090, 0, 0), inbound(3, "10.0.0.1:2", 8080, 0, 0))
+	sample(t, w, 1)
+	sc.conns(inbound(4, "10.0.0.3:1", 8080, 0, 0))
+	sample(t, w, 2)
+	var order []string
+	for _, s := range w.Summary(at(2)).Sources {
+		order = append(order, fmt.Sprintf("%s:%d", s.Addr, s.Port))
+	}
+	if want := []string{"10.0.0.3:8080", "10.0.0.1:8080", "10.0.0.1:9090", "10.0.0.2:8080"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+}
+
+func TestWatcherKeyCap(t *testing.T) {
+	w, sc := newScripted(8080)
+	sample(t, w, 0)
+	var cs []Conn
+	for i := range maxKeys + 4 {
+		cs = append(cs, inbound(uint64(i+1), fmt.Sprintf("10.%d.%d.1:5000", i/256, i%256), 8080, 0, 0))
+	}
+	sc.conns(cs...)
+	sample(t, w, 1)
+	if len(w.keys) != maxKeys {
+		t.Errorf("%d sources kept, want the cap %d", len(w.keys), maxKeys)
+	}
+	s := w.Summary(at(1))
+	roundTrip(t, s)
+	if s.Unknown.Arrivals != maxKeys+4-api.MaxTrafficSources {
+		t.Errorf("unknown %d, want every arrival not listed: %d", s.Unknown.Arrivals, maxKeys+4-api.MaxTrafficSources)
+	}
+}
+
+// Every summary of any sequence of samples passes the server's parser,
+// however odd the snapshots and clocks.
+func TestWatcherSummariesAlwaysParse(t *testing.T) {
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		addrs := []string{"10.0.0.1", "10.0.0.2", "127.0.0.1", "::1", "::ffff:10.0.0.3", "fd00::7", "0.0.0.0", podIP, "fe80::1%eth0"}
+		ports := []uint16{0, 80, 8080, 9090, 40000}
+		pick := func() netip.AddrPort {
+			return netip.AddrPortFrom(netip.MustParseAddr(addrs[rng.IntN(len(addrs))]), ports[rng.IntN(len(ports))])
+		}
+		var po uint64
+		read := func() (Snapshot, error) {
+			if rng.IntN(200) == 0 {
+				return Snapshot{}, errors.New("scripted failure")
+			}
+			var s Snapshot
+			for range rng.IntN(3) {
+				s.Listening = append(s.Listening, ports[rng.IntN(len(ports))])
+			}
+			for range rng.IntN(12) {
+				c := Conn{Cookie: uint64(rng.IntN(20)), State: State(1 + rng.IntN(12)), Local: pick(), Remote: pick()}
+				if rng.IntN(4) > 0 {
+					c.Info = Info{
+						BytesReceived: uint64(rng.IntN(50)), HasBytesReceived: rng.IntN(3) > 0,
+						DataSegsIn: uint32(rng.IntN(5)), HasDataSegsIn: rng.IntN(2) > 0,
+						SegsIn: uint32(rng.IntN(5)), HasSegsIn: rng.IntN(2) > 0,
+						LastDataRecv: time.Duration(rng.Int64N(int64(20 * time.Second))), HasLastDataRecv: rng.IntN(4) > 0,
+					}
+				}
+				s.Conns = append(s.Conns, c)
+			}
+			po += uint64(rng.IntN(4))
+			if rng.IntN(10) == 0 {
+				po -= uint64(rng.IntN(3))
+			}
+			s.PassiveOpens = po
+			if rng.IntN(10) == 0 {
+				s.PassiveOpensErr = errors.New("no counter")
+			}
+			return s, nil
+		}
+		w := NewWatcher(read)
+		now := testStart
+		for range 300 {
+			// Mostly forward, sometimes standing still or going back.
+			now = now.Add(time.Duration(rng.Int64N(int64(300*time.Millisecond))) - 30*time.Millisecond)
+			if w.Sample(now) != nil {
+				w = NewWatcher(read)
+				continue
+			}
+			asked := now.Add(time.Duration(rng.Int64N(int64(time.Second))) - 100*time.Millisecond)
+			if rng.IntN(50) == 0 {
+				asked = now.Add(8 * 24 * time.Hour) // past the wire's week
+			}
+			if s := w.Summary(asked); s != nil {
+				roundTrip(t, s)
+				if len(s.Sources) > api.MaxTrafficSources {
+					t.Fatalf("seed %d: %d sources", seed, len(s.Sources))
+				}
+			}
+		}
+	}
+}
+
+// One goroutine samples while others ask for summaries (run with -race).
+func TestWatcherConcurrentSummaries(t *testing.T) {
+	n := 0
+	w := NewWatcher(func() (Snapshot, error) {
+		n++
+		return Snapshot{Listening: []uint16{8080}, Conns: []Conn{inbound(uint64(n), "10.0.0.1:5000", 8080, 1, 0)}, PassiveOpens: uint64(n)}, nil
+	})
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if s := w.Summary(time.Now()); s != nil {
+					api.EncodeTraffic(s)
+				}
+				w.Listening()
+				w.PassiveOpensErr()
+			}
+		})
+	}
+	for range 200 {
+		if err := w.Sample(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	if s := w.Summary(time.Now()); s == nil || s.Sources[0].Arrivals != 199 {
+		t.Errorf("summary %+v, want 199 arrivals", s)
+	}
+}
