@@ -180,6 +180,8 @@ type quietJudgement struct {
 	lengthened  string
 	bound       time.Duration // the longest fitted quiet bound
 	lastArrival time.Time     // the latest arrival of any source weighed
+	// minRate and maxRate span the fitted sources' rates (per second).
+	minRate, maxRate float64
 }
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
@@ -220,6 +222,10 @@ func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Du
 		if f := FitArrivals(a, tail, ev.Epsilon); f.OK {
 			j.fitted++
 			j.bound = max(j.bound, f.Quiet)
+			if j.fitted == 1 || f.Rate < j.minRate {
+				j.minRate = f.Rate
+			}
+			j.maxRate = max(j.maxRate, f.Rate)
 			end := last.Add(f.Quiet)
 			fittedEnd = later(fittedEnd, end)
 			if ev.At.Before(end) {
@@ -259,7 +265,18 @@ func (j quietJudgement) describe(eps float64) string {
 	}
 	s := fmt.Sprintf("%d arrivals from %s", j.arrived, countNoun(j.sources, "source"))
 	if j.fitted > 0 {
-		s += fmt.Sprintf(" (%d fitted, longest quiet bound %s at ε %.0e)", j.fitted, j.bound.Round(time.Millisecond), eps)
+		s += fmt.Sprintf(" (%d fitted at %s, longest quiet bound %s at ε %.0e)", j.fitted, j.rates(), j.bound.Round(time.Millisecond), eps)
 	}
 	return s
+}
+
+// rates is the fitted sources' rates: "2.8/s" or "2.1-3.4/s".
+func (j quietJudgement) rates() string {
+	if j.fitted == 0 {
+		return "no rate"
+	}
+	if fmt.Sprintf("%.1f", j.minRate) == fmt.Sprintf("%.1f", j.maxRate) {
+		return fmt.Sprintf("%.1f/s", j.maxRate)
+	}
+	return fmt.Sprintf("%.1f-%.1f/s", j.minRate, j.maxRate)
 }

@@ -187,7 +187,8 @@ func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, 
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
 	r.State, r.ClosedBy = StateClosed, api.ClosedByTraffic
-	quiet := fmt.Sprintf("quiet %s after %d arrivals from %s", now.Sub(j.lastArrival).Round(100*time.Millisecond), j.arrived, countNoun(j.sources, "source"))
+	quiet := fmt.Sprintf("quiet %s after %d arrivals from %s (%d fitted at %s, bound %s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
+		j.arrived, countNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond))
 	var why string
 	switch {
 	case j.closeAt.Before(end):

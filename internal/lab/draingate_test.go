@@ -1,12 +1,15 @@
 package lab
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"draingate.dev/draingate/internal/chart"
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/lab/report"
 )
 
 // The lab installs draingate as a user would: the chart's defaults, and on
@@ -175,5 +178,51 @@ func TestDraingateTailTurnsEvidenceOff(t *testing.T) {
 		case st.Name == "draingate-tail" && got != false:
 			t.Errorf("draingate-tail: trafficEvidence.enabled=%v, want false", got)
 		}
+	}
+}
+
+// TestTargetGroupCloses reads what closed the target group routes from the
+// gate's release message as the agent logs it; the phrases are the gate's
+// own (gate.Assessment.Why), so this also pins them.
+func TestTargetGroupCloses(t *testing.T) {
+	line := "draingate-prestop: released after 9.6s: drained (routes: endpointslice/lab/web closed, targetgroup/arn:a closed, targetgroup/arn:b closed): " +
+		"released: all 3 routes closed (endpointslice/lab/web by its EndpointSlice tail (5s); " +
+		"targetgroup/arn:a by quiet 7.6s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.5s), 10.4s before its tail's end; " +
+		"targetgroup/arn:b by its ALB tail (20s))"
+	got := targetGroupCloses(line)
+	if want := (report.Closes{Tail: 1, Traffic: 1, Bound: 7500 * time.Millisecond, Rates: "2.1-3.4/s"}); got != want {
+		t.Errorf("targetGroupCloses = %+v, want %+v", got, want)
+	}
+	if got := targetGroupCloses("draingate-prestop: released after 1s: no-routes (no routes): released: no route holds the pod"); got != (report.Closes{}) {
+		t.Errorf("no routes: %+v", got)
+	}
+}
+
+// TestTargetGroupClosesReadsTheGate: the phrase the gate really writes
+// when traffic evidence closes a route parses.
+func TestTargetGroupClosesReadsTheGate(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var arr gate.Arrivals
+	for i := range 40 {
+		at := t0.Add(time.Duration(i) * 300 * time.Millisecond)
+		if i == 0 {
+			arr.First = at
+		}
+		arr.N++
+		arr.Last = append([]time.Time{at}, arr.Last...)[:min(arr.N, 16)]
+		arr.MaxGap = 300 * time.Millisecond
+	}
+	now := t0.Add(time.Minute)
+	ev := &gate.Evidence{At: now, Sources: []gate.Source{{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Class: gate.ClassRemote, Arrivals: arr}}}
+	o := gate.Observation{Kind: "targetgroup", Name: "arn:a", Synced: true, Out: true, State: "draining", What: "draining",
+		Tail: 5 * time.Minute, TailName: "NLB", Ports: []uint16{8080}}
+	mem := gate.Memory{TerminatingSince: t0, Routes: map[gate.RouteKey]gate.RouteMemory{{Kind: "targetgroup", Name: "arn:a"}: {OutSince: t0.Add(5 * time.Second)}}}
+	v, _ := gate.Step(now, gate.Pod{Name: "p", Terminating: true, Evidence: ev}, mem, []gate.Observation{o})
+	if !v.Released {
+		t.Fatalf("not released: %s", v.Message)
+	}
+	got := targetGroupCloses("draingate-prestop: released after 1m0s: drained (): " + v.Message)
+	if got.Traffic != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" {
+		t.Errorf("targetGroupCloses(%q) = %+v, want one close by traffic with its bound and rates", v.Message, got)
 	}
 }

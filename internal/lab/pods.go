@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"maps"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"draingate.dev/draingate/internal/lab/report"
 )
 
 // podRecord is what the lab learns of one pod's end. SIGTERM and exit come
@@ -26,6 +29,7 @@ type podRecord struct {
 	exit        time.Time
 	release     string    // how the agent let the pod go (releaseReason), "" without one
 	releasedAt  time.Time // when the lab read the agent's closing line
+	closes      report.Closes
 	// sources counts every request the app received per source address
 	// (its "source" lines).
 	sources   map[string]int
@@ -111,6 +115,7 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 			if why, ok := releaseReason(sc.Text()); ok {
 				t.mu.Lock()
 				t.pods[pod].release, t.pods[pod].releasedAt = why, time.Now()
+				t.pods[pod].closes = targetGroupCloses(sc.Text())
 				t.mu.Unlock()
 				continue
 			}
@@ -186,6 +191,30 @@ func (t *tracker) restartedAt(pod string) bool {
 	defer t.mu.Unlock()
 	r := t.pods[pod]
 	return r != nil && !r.restarted.IsZero()
+}
+
+// closePhrase matches how the gate's release message says a target group
+// route closed (internal/gate: Assessment.Why): "targetgroup/ARN by quiet
+// 7.5s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound
+// 7.1s), ..." or "targetgroup/ARN by its ALB tail (20s)".
+var closePhrase = regexp.MustCompile(`targetgroup/\S+ by (?:(quiet) \S+ after \d+ arrivals from \d+ sources? \(\d+ fitted at ([^,]+), bound ([^)]+)\)|(its) )`)
+
+// targetGroupCloses reads, from the agent's release line, what closed the
+// pod's target group routes.
+func targetGroupCloses(line string) report.Closes {
+	var c report.Closes
+	for _, m := range closePhrase.FindAllStringSubmatch(line, -1) {
+		if m[1] == "" {
+			c.Tail++
+			continue
+		}
+		c.Traffic++
+		if d, err := time.ParseDuration(m[3]); err == nil {
+			c.Bound = max(c.Bound, d)
+		}
+		c.Rates = m[2]
+	}
+	return c
 }
 
 // releaseReason reads one of the agent's closing log lines (internal/prestop)

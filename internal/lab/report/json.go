@@ -33,6 +33,7 @@ type jsonStrategy struct {
 	ELBv2Calls     map[string]int `json:"elbv2_calls"`
 	GateELBv2Calls map[string]int `json:"gate_elbv2_calls"`
 	Releases       map[string]int `json:"releases"`
+	Evidence       string         `json:"evidence,omitempty"`
 	Pods           []jsonPod      `json:"pods"`
 }
 
@@ -51,6 +52,14 @@ type jsonPod struct {
 	AfterSIGTERM int                    `json:"after_sigterm"`
 	Nodes        map[string]jsonPodNode `json:"nodes"`
 	Sources      map[string]int         `json:"sources"`
+	Closes       *jsonCloses            `json:"closes,omitempty"`
+}
+
+type jsonCloses struct {
+	Tail    int     `json:"tail"`
+	Traffic int     `json:"traffic"`
+	BoundS  float64 `json:"quiet_bound_s"`
+	Rates   string  `json:"rates,omitempty"`
 }
 
 type jsonPodNode struct {
@@ -102,6 +111,7 @@ func (r Report) jsonReport() jsonReport {
 			ELBv2Calls:     copyCounts(s.ELBv2Calls),
 			GateELBv2Calls: copyCounts(s.GateELBv2Calls),
 			Releases:       copyCounts(s.Releases),
+			Evidence:       s.EvidenceSummary(),
 			Pods:           []jsonPod{},
 		}
 		js.TerminationP50 = secondsPtr(s.TerminationP50())
@@ -129,6 +139,9 @@ func podJSON(p Pod) jsonPod {
 		AfterSIGTERM: p.AfterSIGTERM(),
 		Nodes:        map[string]jsonPodNode{},
 		Sources:      copyCounts(p.Sources),
+	}
+	if c := p.Closes; c.Tail+c.Traffic > 0 {
+		jp.Closes = &jsonCloses{Tail: c.Tail, Traffic: c.Traffic, BoundS: c.Bound.Seconds(), Rates: c.Rates}
 	}
 	if p.Release != "" {
 		jp.Release = &p.Release

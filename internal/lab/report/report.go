@@ -1,9 +1,11 @@
 package report
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -51,6 +53,9 @@ type Pod struct {
 	// zero without an agent.
 	Release    string
 	ReleasedAt time.Time
+	// Closes is what closed the pod's target group routes, as the gate's
+	// release message said.
+	Closes Closes
 	// Draining is when the control plane first put the pod's target to
 	// draining (the controller's DeregisterTargets).
 	Draining time.Time
@@ -59,6 +64,43 @@ type Pod struct {
 	// Sources counts the requests the app received per source address, as
 	// it logged them at exit (behind a sidecar, the sidecar's 127.0.0.1).
 	Sources map[string]int
+}
+
+// Closes counts a pod's target group routes by what closed them, from the
+// gate's release message: their tail, or the pod's traffic evidence (then
+// with the longest quiet bound and the fitted sources' rates, "2.1-3.4/s").
+type Closes struct {
+	Tail, Traffic int
+	Bound         time.Duration
+	Rates         string
+}
+
+// EvidenceSummary is a strategy's route closes: "traffic 5, tail 1; quiet
+// bound p50 7.1s (max 9.0s); rates 2.1-3.4/s, ...", or "" when no pod's
+// release message named a target group route.
+func (s Strategy) EvidenceSummary() string {
+	var tail, traffic int
+	var bounds []time.Duration
+	var rates []string
+	for _, p := range s.Pods {
+		tail += p.Closes.Tail
+		traffic += p.Closes.Traffic
+		if p.Closes.Traffic > 0 {
+			bounds = append(bounds, p.Closes.Bound)
+			if !slices.Contains(rates, p.Closes.Rates) {
+				rates = append(rates, p.Closes.Rates)
+			}
+		}
+	}
+	if tail+traffic == 0 {
+		return ""
+	}
+	out := fmt.Sprintf("target group routes closed by traffic %d, by tail %d", traffic, tail)
+	if p50, ok := pct(bounds, 50); ok {
+		hi, _ := pct(bounds, 100)
+		out += fmt.Sprintf("; quiet bound p50 %.1fs (max %.1fs); fitted rates per source %s", p50.Seconds(), hi.Seconds(), strings.Join(rates, ", "))
+	}
+	return out
 }
 
 // PodNode is what one load balancer node did with one pod.

@@ -347,3 +347,26 @@ func TestTimelineConcurrentAdds(t *testing.T) {
 		t.Errorf("Buckets() = %+v, want one second with 8000 sent, 1000 failed", b)
 	}
 }
+
+func TestEvidenceSummary(t *testing.T) {
+	s := Strategy{Name: "draingate", Pods: []Pod{
+		{Closes: Closes{Traffic: 1, Bound: 7 * time.Second, Rates: "2.8/s"}},
+		{Closes: Closes{Traffic: 1, Bound: 9 * time.Second, Rates: "2.1-3.4/s"}},
+		{Closes: Closes{Tail: 1}},
+		{},
+	}}
+	want := "target group routes closed by traffic 2, by tail 1; quiet bound p50 7.0s (max 9.0s); fitted rates per source 2.8/s, 2.1-3.4/s"
+	if got := s.EvidenceSummary(); got != want {
+		t.Errorf("EvidenceSummary = %q, want %q", got, want)
+	}
+	var b strings.Builder
+	if err := (Report{Scenario: "alb", Strategies: []Strategy{{Name: "none"}, s}}).WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "traffic evidence (from the gate's release messages):\n  draingate: "+want+"\n") {
+		t.Errorf("table lacks the evidence line:\n%s", b.String())
+	}
+	if (Strategy{Pods: []Pod{{}}}).EvidenceSummary() != "" {
+		t.Error("a strategy without target group closes has a summary")
+	}
+}

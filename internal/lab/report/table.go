@@ -46,6 +46,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	if err := writeAllCallers(&b, r.Strategies); err != nil {
 		return err
 	}
+	writeEvidence(&b, r.Strategies)
 	writePodLines(&b, r.Strategies)
 	b.WriteString("\n" +
 		"termination: pod deletion seen -> container exit. restart: first failed liveness probe -> container restart seen.\n" +
@@ -58,6 +59,24 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeEvidence lists, for strategies whose gate named target group routes
+// in its release messages, what closed them: the traffic evidence or the
+// tail, with the quiet bounds and the sources' fitted rates.
+func writeEvidence(b *strings.Builder, ss []Strategy) {
+	head := false
+	for _, s := range ss {
+		e := s.EvidenceSummary()
+		if e == "" {
+			continue
+		}
+		if !head {
+			b.WriteString("\ntraffic evidence (from the gate's release messages):\n")
+			head = true
+		}
+		fmt.Fprintf(b, "  %s: %s\n", s.Name, e)
+	}
 }
 
 // writeAllCallers lists each strategy's ELBv2 calls from every caller, the
