@@ -173,8 +173,8 @@ type quietJudgement struct {
 	// latest quiet end of the sources, or the tail's end when a source
 	// could not be fitted (the tail applies) and nothing sent after it.
 	closeAt time.Time
-	// fresh is false when a fitted source's quiet end is after the
-	// evidence: the agent must report again before the route closes.
+	// fresh is false when closeAt is after the evidence: the agent must
+	// report again before the route closes.
 	fresh bool
 	// lengthened names why closeAt is past the tail's end.
 	lengthened  string
@@ -182,6 +182,9 @@ type quietJudgement struct {
 	lastArrival time.Time     // the latest arrival of any source weighed
 	// minRate and maxRate span the fitted sources' rates (per second).
 	minRate, maxRate float64
+	// fromNode counts the arrivals on the ports from the node's own
+	// addresses (probes): shown, never weighed.
+	fromNode int
 }
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
@@ -190,11 +193,14 @@ type quietJudgement struct {
 // alone decides.
 //
 // Per source: a fitted source is quiet once the evidence shows it silent
-// for its bound. One that could not be fitted gives no evidence: it is
-// quiet at the tail's end if it sent nothing after it, else a tail after
-// its latest arrival (it proved the tail too short). The route closes when
-// every source is quiet; only when every source was fitted may that be
-// before the tail's end.
+// for its bound, before or after the tail's end: the tail is a floor only
+// for what evidence cannot judge, never a promise that beats it. One that
+// could not be fitted gives no evidence: it is quiet at the tail's end if
+// it sent nothing after it, else a tail after its latest arrival (it proved
+// the tail too short). The route closes when every source is quiet; only
+// when every source was fitted may that be before the tail's end. Every
+// close needs evidence from at or after the close time (fresh): at the
+// tail's end too, so that a source sending then is seen.
 func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
 	if ev == nil || len(ports) == 0 {
 		return j, false
@@ -202,8 +208,12 @@ func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Du
 	tailEnd := outSince.Add(tail)
 	var weigh []Arrivals
 	for _, s := range ev.Sources {
-		if s.Class == ClassRemote && slices.Contains(ports, s.Port) && s.N > 0 {
+		switch {
+		case !slices.Contains(ports, s.Port) || s.N <= 0:
+		case s.Class == ClassRemote:
 			weigh = append(weigh, s.Arrivals)
+		default:
+			j.fromNode += s.N
 		}
 	}
 	if ev.Unknown.N > 0 {
@@ -212,42 +222,46 @@ func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Du
 	if len(weigh) == 0 {
 		return j, false
 	}
-	j.fresh = true
-	var fittedEnd, unfittedEnd time.Time
+	var end time.Time // the latest of the sources' quiet ends
 	for _, a := range weigh {
 		j.sources++
 		j.arrived += a.N
 		last := a.latest()
 		j.lastArrival = later(j.lastArrival, last)
-		if f := FitArrivals(a, tail, ev.Epsilon); f.OK {
+		f := FitArrivals(a, tail, ev.Epsilon)
+		if f.OK {
 			j.fitted++
 			j.bound = max(j.bound, f.Quiet)
 			if j.fitted == 1 || f.Rate < j.minRate {
 				j.minRate = f.Rate
 			}
 			j.maxRate = max(j.maxRate, f.Rate)
-			end := last.Add(f.Quiet)
-			fittedEnd = later(fittedEnd, end)
-			if ev.At.Before(end) {
-				j.fresh = false
-			}
-			continue
 		}
-		end := tailEnd
-		if last.After(tailEnd) {
-			end = last.Add(tail)
-			j.lengthened = fmt.Sprintf("a source too sparse to fit a rate sent at %s, after the tail's end", stamp(last))
+		var se time.Time
+		switch {
+		case f.OK:
+			se = last.Add(f.Quiet)
+		case last.After(tailEnd):
+			se = last.Add(tail)
+		default:
+			se = tailEnd
 		}
-		unfittedEnd = later(unfittedEnd, end)
+		switch {
+		case last.After(tailEnd):
+			j.lengthened = fmt.Sprintf("a source sent at %s, after the tail's end", stamp(last))
+		case se.After(tailEnd) && j.lengthened == "":
+			j.lengthened = "a source's quiet bound ends after the tail's end"
+		}
+		end = later(end, se)
 	}
 	if j.fitted == j.sources {
-		j.closeAt = fittedEnd
+		j.closeAt = end
 	} else {
-		j.closeAt = later(later(fittedEnd, unfittedEnd), tailEnd)
+		j.closeAt = later(end, tailEnd)
 	}
-	if j.lengthened == "" && fittedEnd.After(tailEnd) && !fittedEnd.Before(j.closeAt) {
-		j.lengthened = "a source was still sending near the tail's end"
-	}
+	// Silence is known only up to the evidence: a close needs a report
+	// from at or after the close time.
+	j.fresh = !ev.At.Before(j.closeAt)
 	return j, true
 }
 
@@ -267,7 +281,15 @@ func (j quietJudgement) describe(eps float64) string {
 	if j.fitted > 0 {
 		s += fmt.Sprintf(" (%d fitted at %s, longest quiet bound %s at ε %.0e)", j.fitted, j.rates(), j.bound.Round(time.Millisecond), eps)
 	}
-	return s
+	return s + j.nodeNote()
+}
+
+// nodeNote mentions the node's own arrivals, which the judgement ignored.
+func (j quietJudgement) nodeNote() string {
+	if j.fromNode == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d arrivals from the node not counted", j.fromNode)
 }
 
 // rates is the fitted sources' rates: "2.8/s" or "2.1-3.4/s".

@@ -202,7 +202,7 @@ func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, 
 		r.Detail = what + ": closed at the tail's end (a source too sparse to fit a rate gives no evidence)"
 		why = fmt.Sprintf("its %s tail (%s; a source too sparse to fit a rate)", o.TailName, max(o.Tail, 0))
 	}
-	return Assessment{Phase: PhaseClosed, Route: r, Why: why}
+	return Assessment{Phase: PhaseClosed, Route: r, Why: why + j.nodeNote()}
 }
 
 // notObserved is the assessment of a remembered route that no source

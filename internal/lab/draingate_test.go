@@ -187,10 +187,10 @@ func TestDraingateTailTurnsEvidenceOff(t *testing.T) {
 func TestTargetGroupCloses(t *testing.T) {
 	line := "draingate-prestop: released after 9.6s: drained (routes: endpointslice/lab/web closed, targetgroup/arn:a closed, targetgroup/arn:b closed): " +
 		"released: all 3 routes closed (endpointslice/lab/web by its EndpointSlice tail (5s); " +
-		"targetgroup/arn:a by quiet 7.6s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.5s), 10.4s before its tail's end; " +
+		"targetgroup/arn:a by quiet 7.6s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.5s), 10.4s before its tail's end, 12 arrivals from the node not counted; " +
 		"targetgroup/arn:b by its ALB tail (20s))"
 	got := targetGroupCloses(line)
-	if want := (report.Closes{Tail: 1, Traffic: 1, Bound: 7500 * time.Millisecond, Rates: "2.1-3.4/s"}); got != want {
+	if want := (report.Closes{Tail: 1, Traffic: 1, Bound: 7500 * time.Millisecond, Rates: "2.1-3.4/s", Sources: 3, NodeArrivals: 12}); got != want {
 		t.Errorf("targetGroupCloses = %+v, want %+v", got, want)
 	}
 	if got := targetGroupCloses("draingate-prestop: released after 1s: no-routes (no routes): released: no route holds the pod"); got != (report.Closes{}) {
@@ -213,7 +213,8 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 		arr.MaxGap = 300 * time.Millisecond
 	}
 	now := t0.Add(time.Minute)
-	ev := &gate.Evidence{At: now, Sources: []gate.Source{{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Class: gate.ClassRemote, Arrivals: arr}}}
+	ev := &gate.Evidence{At: now, Sources: []gate.Source{{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Class: gate.ClassRemote, Arrivals: arr},
+		{Addr: netip.MustParseAddr("10.244.0.1"), Port: 8080, Class: gate.ClassNode, Arrivals: arr}}}
 	o := gate.Observation{Kind: "targetgroup", Name: "arn:a", Synced: true, Out: true, State: "draining", What: "draining",
 		Tail: 5 * time.Minute, TailName: "NLB", Ports: []uint16{8080}}
 	mem := gate.Memory{TerminatingSince: t0, Routes: map[gate.RouteKey]gate.RouteMemory{{Kind: "targetgroup", Name: "arn:a"}: {OutSince: t0.Add(5 * time.Second)}}}
@@ -222,7 +223,7 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 		t.Fatalf("not released: %s", v.Message)
 	}
 	got := targetGroupCloses("draingate-prestop: released after 1m0s: drained (): " + v.Message)
-	if got.Traffic != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" {
+	if got.Traffic != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" || got.Sources != 1 || got.NodeArrivals != 40 {
 		t.Errorf("targetGroupCloses(%q) = %+v, want one close by traffic with its bound and rates", v.Message, got)
 	}
 }

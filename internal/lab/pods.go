@@ -193,26 +193,43 @@ func (t *tracker) restartedAt(pod string) bool {
 	return r != nil && !r.restarted.IsZero()
 }
 
-// closePhrase matches how the gate's release message says a target group
-// route closed (internal/gate: Assessment.Why): "targetgroup/ARN by quiet
-// 7.5s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound
-// 7.1s), ..." or "targetgroup/ARN by its ALB tail (20s)".
-var closePhrase = regexp.MustCompile(`targetgroup/\S+ by (?:(quiet) \S+ after \d+ arrivals from \d+ sources? \(\d+ fitted at ([^,]+), bound ([^)]+)\)|(its) )`)
+// The gate's release message says how each target group route closed
+// (internal/gate: Assessment.Why): "targetgroup/ARN by quiet 7.5s after 28
+// arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.1s), 10.4s before
+// its tail's end, 12 arrivals from the node not counted", or
+// "targetgroup/ARN by its ALB tail (20s)".
+var (
+	quietSources = regexp.MustCompile(`^\S+ by quiet \S+ after \d+ arrivals from (\d+) sources?`)
+	quietFit     = regexp.MustCompile(`fitted at ([^,]+), bound ([^)]+)\)`)
+	fromNode     = regexp.MustCompile(`(\d+) arrivals from the node not counted`)
+)
 
 // targetGroupCloses reads, from the agent's release line, what closed the
 // pod's target group routes.
 func targetGroupCloses(line string) report.Closes {
 	var c report.Closes
-	for _, m := range closePhrase.FindAllStringSubmatch(line, -1) {
-		if m[1] == "" {
-			c.Tail++
+	chunks := strings.Split(line, "targetgroup/")
+	for _, ch := range chunks[1:] {
+		if m := fromNode.FindStringSubmatch(ch); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			c.NodeArrivals += n
+		}
+		m := quietSources.FindStringSubmatch(ch)
+		if m == nil {
+			if name, _, _ := strings.Cut(ch, " "); strings.HasPrefix(ch[len(name):], " by its ") {
+				c.Tail++
+			}
 			continue
 		}
 		c.Traffic++
-		if d, err := time.ParseDuration(m[3]); err == nil {
-			c.Bound = max(c.Bound, d)
+		n, _ := strconv.Atoi(m[1])
+		c.Sources = max(c.Sources, n)
+		if f := quietFit.FindStringSubmatch(ch); f != nil {
+			c.Rates = f[1]
+			if d, err := time.ParseDuration(f[2]); err == nil {
+				c.Bound = max(c.Bound, d)
+			}
 		}
-		c.Rates = m[2]
 	}
 	return c
 }

@@ -27,7 +27,7 @@ func TestServeFlagsFromEnv(t *testing.T) {
 	if f.rate != 0.5 || f.targetGroups {
 		t.Errorf("rate %v, target-groups %v: want 0.5 and false from the environment", f.rate, f.targetGroups)
 	}
-	if f.tailNLB != 180*time.Second || f.listen != ":8080" {
+	if f.tailNLB != 300*time.Second || f.listen != ":8080" {
 		t.Errorf("defaults lost: tail-nlb %s, listen %q", f.tailNLB, f.listen)
 	}
 }

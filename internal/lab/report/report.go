@@ -73,6 +73,9 @@ type Closes struct {
 	Tail, Traffic int
 	Bound         time.Duration
 	Rates         string
+	// Sources is the most sources a traffic close weighed; NodeArrivals the
+	// node's own arrivals (probes) the gate saw and did not count.
+	Sources, NodeArrivals int
 }
 
 // EvidenceSummary is a strategy's route closes: "traffic 5, tail 1; quiet

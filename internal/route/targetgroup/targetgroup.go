@@ -55,8 +55,8 @@ type Tails struct {
 	NLB time.Duration
 }
 
-// DefaultTails are ALB 20 s and NLB 180 s.
-func DefaultTails() Tails { return Tails{ALB: 20 * time.Second, NLB: 180 * time.Second} }
+// DefaultTails are ALB 20 s and NLB 300 s (AWS Support: 180–300 s; docs/facts.md).
+func DefaultTails() Tails { return Tails{ALB: 20 * time.Second, NLB: 300 * time.Second} }
 
 // Config configures a Source.
 type Config struct {
