@@ -702,6 +702,7 @@ func TestRBAC(t *testing.T) {
 	}{
 		{"", append(slices.Clone(base),
 			"ClusterRole draingate-webhook: /namespaces[] list,watch",
+			"ClusterRole draingate-webhook: /services[] get",
 			"ClusterRole draingate-webhook: admissionregistration.k8s.io/mutatingwebhookconfigurations[draingate] get,update",
 			"Role draingate-webhook: /secrets[draingate-webhook-tls] get,update",
 			"Role draingate-webhook: /secrets[] create",
@@ -709,6 +710,7 @@ func TestRBAC(t *testing.T) {
 		// cert-manager writes the Secret and the caBundle: the server only reads them.
 		{"webhook: {certManager: {enabled: true}}", append(slices.Clone(base),
 			"ClusterRole draingate-webhook: /namespaces[] list,watch",
+			"ClusterRole draingate-webhook: /services[] get",
 			"ClusterRole draingate-webhook: admissionregistration.k8s.io/mutatingwebhookconfigurations[draingate] get",
 			"Role draingate-webhook: /secrets[draingate-webhook-tls] get",
 		)},

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -52,17 +53,26 @@ const (
 //     fails open unless the operator chose otherwise.
 //
 // It never answers 5xx for anything in the request.
-func NewHandler(settings func() Settings, nsLabels func(ctx context.Context, ns string) (map[string]string, error), log *slog.Logger) http.Handler {
+func NewHandler(settings func() Settings, nsLabels func(ctx context.Context, ns string) (map[string]string, error), log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &handler{settings: settings, nsLabels: nsLabels, log: log}
+	return &Handler{settings: settings, nsLabels: nsLabels, log: log}
 }
 
-type handler struct {
+// Handler is the webhook's http.Handler; make it with NewHandler.
+type Handler struct {
 	settings func() Settings
 	nsLabels func(ctx context.Context, ns string) (map[string]string, error)
 	log      *slog.Logger
+
+	// ExtraWait, when set before serving, is asked for each pod to inject
+	// how much longer than Settings.MaxWait its routes may need (the server
+	// answers with its NLB tail beyond the ALB one for a pod behind an
+	// NLB); why names the route, for the log. A pod's max-wait annotation
+	// still wins. An error is logged and the pod gets Settings.MaxWait: a
+	// lookup never fails an admission.
+	ExtraWait func(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
 }
 
 // httpError is an answer that is not an AdmissionReview.
@@ -71,7 +81,7 @@ type httpError struct {
 	msg    string
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, httpError{http.StatusMethodNotAllowed, "only POST: this is an admission webhook"})
@@ -109,7 +119,7 @@ func writeError(w http.ResponseWriter, e httpError) {
 }
 
 // review answers one AdmissionReview body of acceptable size.
-func (h *handler) review(ctx context.Context, body []byte) (*admissionv1.AdmissionReview, *httpError) {
+func (h *Handler) review(ctx context.Context, body []byte) (*admissionv1.AdmissionReview, *httpError) {
 	var in admissionv1.AdmissionReview
 	if err := utiljson.Unmarshal(body, &in); err != nil {
 		// Valid JSON with a field of the wrong type still has a uid to
@@ -144,7 +154,7 @@ func isPodCreate(req *admissionv1.AdmissionRequest) bool {
 }
 
 // mutate decides one pod CREATE. The response's UID is set by the caller.
-func (h *handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, *httpError) {
+func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, *httpError) {
 	var pod corev1.Pod
 	if len(req.Object.Raw) == 0 {
 		return allowed(warnPrefix + "not injected: the admission request carries no pod"), nil
@@ -169,6 +179,19 @@ func (h *handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 	if !wanted {
 		log.Debug("not wanted")
 		return allowed(warnings...), nil
+	}
+	if h.ExtraWait != nil {
+		extra, why, err := h.ExtraWait(ctx, &pod)
+		switch {
+		case err != nil:
+			log.Warn("sizing max-wait from the pod's routes failed; the default applies", "error", err, "max_wait", s.MaxWait)
+		case extra > 0:
+			if s.MaxWait == 0 {
+				s.MaxWait = defaultMaxWait
+			}
+			s.MaxWait += extra
+			log.Info("max-wait sized from the pod's routes", "max_wait", s.MaxWait, "why", why)
+		}
 	}
 	out, ws, err := Mutate(&pod, s)
 	if err != nil {
@@ -198,7 +221,7 @@ func (h *handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 
 // wanted applies Wanted, asking for the namespace's labels only when the
 // pod's own label leaves the answer open.
-func (h *handler) wanted(ctx context.Context, pod *corev1.Pod, s Settings) (bool, error) {
+func (h *Handler) wanted(ctx context.Context, pod *corev1.Pod, s Settings) (bool, error) {
 	if Wanted(pod, nil, s) || !Wanted(pod, map[string]string{LabelInject: Enabled}, s) {
 		return Wanted(pod, nil, s), nil
 	}

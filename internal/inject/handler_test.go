@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -467,4 +468,52 @@ func FuzzHandler(f *testing.F) {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	})
+}
+
+// TestHandlerSizesMaxWaitFromRoutes: ExtraWait lengthens the agent's
+// max-wait (and with it the grace period) for a pod whose routes need it,
+// a pod's max-wait annotation still wins, and a failed lookup leaves the
+// default without failing the admission.
+func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
+	patched := func(t *testing.T, pod *corev1.Pod, extra func(context.Context, *corev1.Pod) (time.Duration, string, error)) *corev1.Pod {
+		t.Helper()
+		h := NewHandler(func() Settings { return testSettings() }, optedIn().lookup, nil)
+		h.ExtraWait = extra
+		resp := answer(t, post(h, reviewBody(t, pod, nil)), "admission.k8s.io/v1")
+		raw, _ := json.Marshal(pod)
+		var got corev1.Pod
+		if err := json.Unmarshal(applyPatch(t, raw, resp.Patch), &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	maxWaitOf := func(p *corev1.Pod) string {
+		cmd := p.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+		for i, a := range cmd {
+			if a == "--max-wait" && i+1 < len(cmd) {
+				return cmd[i+1]
+			}
+		}
+		return ""
+	}
+	nlb := func(context.Context, *corev1.Pod) (time.Duration, string, error) {
+		return 280 * time.Second, "the NLB tail of target group arn", nil
+	}
+	plain := patched(t, webPod(), nil)
+	sized := patched(t, webPod(), nlb)
+	if got := maxWaitOf(sized); got != "6m10s" {
+		t.Errorf("max-wait behind an NLB %q, want 6m10s (90s + 280s)", got)
+	}
+	if g, p := *sized.Spec.TerminationGracePeriodSeconds, *plain.Spec.TerminationGracePeriodSeconds; g != p+280 {
+		t.Errorf("grace period %ds behind an NLB, want the plain pod's %ds + 280s", g, p)
+	}
+	if got := maxWaitOf(patched(t, with(annotate(AnnotationMaxWait, "45s")), nlb)); got != "45s" {
+		t.Errorf("max-wait with the annotation %q, want the annotation's 45s", got)
+	}
+	failing := func(context.Context, *corev1.Pod) (time.Duration, string, error) {
+		return 0, "", errors.New("API down")
+	}
+	if got, want := maxWaitOf(patched(t, webPod(), failing)), maxWaitOf(plain); got != want {
+		t.Errorf("max-wait after a failed lookup %q, want the default %q", got, want)
+	}
 }

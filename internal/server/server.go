@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -131,6 +132,8 @@ type Server struct {
 	targets *targetgroup.Source // nil without an ELBv2 client
 	sources []route.Source
 	pods    *pods
+	// service reads a Service live (the webhook's max-wait sizing).
+	service func(ctx context.Context, namespace, name string) (*corev1.Service, error)
 }
 
 // New prepares a server: its route sources, cache, clients and metrics.
@@ -145,6 +148,9 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{o: o, log: o.Log, pods: newPods()}
+	s.service = func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+		return cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
 	s.metrics = newMetrics(o.Registry)
 	slices := endpointslice.New(o.Tails.EndpointSlice)
 	s.sources = []route.Source{slices}

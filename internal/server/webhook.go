@@ -86,12 +86,30 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 		settings.Version = version.Version
 	}
 	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
+	if s.targets != nil {
+		h.ExtraWait = s.extraWait
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-pods", h)
 	ln := tls.NewListener(w.Listener, &tls.Config{GetCertificate: w.Certs.GetCertificate, MinVersion: tls.VersionTLS12})
 	serve(ln, mux)
 	s.log.Info("serving the injection webhook", "addr", w.Listener.Addr().String(), "agent_image", settings.AgentImage, "agent_server", settings.Server)
 	return nil
+}
+
+// extraWait is how much longer than the configured max-wait a new pod's
+// routes may need: its target groups' longest tail beyond the ALB one (an
+// NLB's 300 s against 20 s), so that a pod behind an NLB gets a deadline
+// past the NLB's stated worst case and the same headroom for the
+// controller's lag as a pod behind an ALB.
+func (s *Server) extraWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	tail, why, err := s.targets.PodTail(ctx, pod, s.service)
+	if err != nil || tail <= s.o.Tails.ALB {
+		return 0, why, err
+	}
+	return tail - s.o.Tails.ALB, why, nil
 }
 
 // namespaceLabels reads a namespace's labels from the cache.

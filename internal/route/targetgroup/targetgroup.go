@@ -24,7 +24,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -87,6 +89,9 @@ type Source struct {
 	mu      sync.Mutex
 	waiters map[route.PodKey]map[string]*elbv2.Waiter // pod → ARN → its waiter
 	changed func(namespace, name string)
+	// types are the load balancer types the poller reported, by ARN, kept
+	// for PodTail (a new pod's groups are not polled yet).
+	types map[string]string
 }
 
 // New returns a source; Start starts it.
@@ -182,9 +187,63 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 		if ok && obs.TypeErr != nil {
 			o.TailName += fmt.Sprintf(" (the load balancer's type is not known: %v)", obs.TypeErr)
 		}
+		if ok && obs.LoadBalancerType != "" {
+			s.noteType(arn, obs.LoadBalancerType)
+		}
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+func (s *Source) noteType(arn, lbType string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.types == nil {
+		s.types = map[string]string{}
+	}
+	s.types[arn] = lbType
+}
+
+// PodTail is the longest tail the target groups of a pod being created may
+// need, for the injection webhook to size the pod's deadline: the tail of
+// every `ip` binding in the pod's namespace whose Service selects the pod's
+// labels (service reads the Service). A group whose load balancer type the
+// server has not learnt yet takes the NLB tail, the longer by default. why
+// names the group that sets it. Zero without the CRD or a binding that
+// selects the pod; the pod's routes may still change after its creation,
+// and its deadline does not follow them.
+func (s *Source) PodTail(ctx context.Context, pod *corev1.Pod, service func(ctx context.Context, namespace, name string) (*corev1.Service, error)) (tail time.Duration, why string, err error) {
+	if !s.on.Load() || !s.synced.Load() {
+		return 0, "", nil
+	}
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
+	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return 0, "", fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+	}
+	for i := range list.Items {
+		b := BindingFrom(&list.Items[i])
+		if b.TargetType == "instance" || b.ARN == "" || b.Service == "" {
+			continue
+		}
+		svc, err := service(ctx, pod.Namespace, b.Service)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return 0, "", fmt.Errorf("read Service %s/%s: %w", pod.Namespace, b.Service, err)
+		}
+		if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		s.mu.Lock()
+		lbType := s.types[b.ARN]
+		s.mu.Unlock()
+		if t, name := s.tail(lbType); t > tail {
+			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
+		}
+	}
+	return tail, why, nil
 }
 
 // waiter returns the pod's waiter on arn, starting it when the pod waits.
