@@ -85,6 +85,17 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	if gated.Releases["drained"] != 3 || len(gated.Releases) != 1 || len(none.Releases) != 0 || len(slept.Releases) != 0 {
 		t.Errorf("released by: draingate %v, none %v, sleep %v; want drained=3, and nothing without the agent", gated.Releases, none.Releases, slept.Releases)
 	}
+	// Each gated pod's agent reported its pod's traffic, and the gate
+	// weighed it on the target group route: the kubelet's readiness
+	// probes on the same port, from the node's side of the pod's network,
+	// were seen and not counted, and a close by traffic weighed no more
+	// sources than the load balancer's nodes (and the unknown arrivals).
+	for _, p := range gated.Pods {
+		c := p.Closes
+		if c.Traffic+c.Tail != 1 || c.NodeArrivals == 0 || c.Sources > sc.LBNodes+1 {
+			t.Errorf("%s: target group closes %+v: want one route closed, the node's probes seen and not counted, at most %d sources", p.Name, c, sc.LBNodes+1)
+		}
+	}
 	if len(none.Terminations) != 3 || len(slept.Terminations) != 3 || len(gated.Terminations) != 3 {
 		t.Errorf("terminations measured: %d, %d and %d, want 3 each", len(none.Terminations), len(slept.Terminations), len(gated.Terminations))
 	}

@@ -163,6 +163,7 @@ func newFixture(t *testing.T, ctx context.Context, beforeCRD ...func(*fixture)) 
 
 // running is one in-process `draingate serve`.
 type running struct {
+	srv       *Server
 	url       string
 	reg       *prometheus.Registry
 	stop      func()
@@ -184,7 +185,9 @@ func (f *fixture) serveWith(ctx context.Context, o Options) *running {
 	reg := prometheus.NewRegistry()
 	o.Kube, o.ELBv2 = f.c.Config, f.elb
 	o.Poller = elbv2.Config{Rate: 20, Burst: 5, Interval: 200 * time.Millisecond}
-	o.Tails = testTails
+	if o.Tails == (Tails{}) {
+		o.Tails = testTails
+	}
 	o.Listener, o.Registry = ln, reg
 	o.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	s, err := New(o)
@@ -193,7 +196,7 @@ func (f *fixture) serveWith(ctx context.Context, o Options) *running {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	r := &running{url: "http://" + ln.Addr().String(), reg: reg, startedAt: time.Now()}
+	r := &running{srv: s, url: "http://" + ln.Addr().String(), reg: reg, startedAt: time.Now()}
 	go func() { done <- s.Run(rctx) }()
 	stopped := false
 	r.stop = func() {
@@ -543,5 +546,36 @@ func removeCRD(t *testing.T, ctx context.Context, c *testenv.Cluster) {
 	waitFor(t, ctx, "the TargetGroupBinding CRD gone", func() bool {
 		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(targetgroup.BindingGVK.GroupVersion().String())
 		return apierrors.IsNotFound(err)
+	})
+}
+
+// TestExtraWaitFollowsTheLoadBalancerType: a new pod selected by a Service
+// whose TargetGroupBinding's load balancer type the server has not learnt
+// gets the NLB tail beyond the ALB one added to its max-wait; once the
+// poller reported the group's type (an ALB here), nothing; a pod no bound
+// Service selects, nothing.
+func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	tails := Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: time.Minute}
+	r := f.serveWith(ctx, Options{Tails: tails})
+	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
+	extra, why, err := r.srv.extraWait(ctx, newPod)
+	if err != nil || extra != tails.NLB-tails.ALB || !strings.Contains(why, f.arn) {
+		t.Errorf("type unknown: extra %s (%q, %v), want the NLB tail beyond the ALB one (%s) naming the group", extra, why, err, tails.NLB-tails.ALB)
+	}
+	other := newPod.DeepCopy()
+	other.Labels = map[string]string{"app": "other"}
+	if extra, _, err := r.srv.extraWait(ctx, other); err != nil || extra != 0 {
+		t.Errorf("unselected pod: extra %s (%v), want none", extra, err)
+	}
+	// A terminating pod's agent asking makes the server poll the group and
+	// learn its type.
+	f.deletePod(ctx)
+	waitFor(t, ctx, "the group's type learnt", func() bool {
+		f.ask(ctx, r, 0)
+		extra, _, err := r.srv.extraWait(ctx, newPod)
+		return err == nil && extra == 0
 	})
 }
