@@ -55,8 +55,10 @@ type podState struct {
 	mem   gate.Memory
 	asked time.Time // the agent's last ask; zero when not waiting
 	// evidence is the traffic summary of the agent's latest ask, as the
-	// gate weighs it; nil when it sent none.
+	// gate weighs it; nil when it sent none. summary is that ask's own
+	// summary, to classify it once however often the ask is judged.
 	evidence *gate.Evidence
+	summary  *api.Traffic
 	timer    *time.Timer
 	// startNoted and releaseNoted: the pod's Events were written.
 	startNoted, releaseNoted bool

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ type scripted struct {
 	waiting []bool
 	known   [][]string
 	forgot  []route.PodKey
+	ports   []uint16 // the routes' ports (traffic evidence applies)
 }
 
 func (s *scripted) Kind() string                                                   { return "test" }
@@ -60,7 +62,7 @@ func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, known []string, wai
 	}
 	var out []gate.Observation
 	for _, n := range slices.Sorted(maps.Keys(names)) {
-		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test"}
+		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test", Ports: s.ports}
 		if names[n] {
 			o.State, o.Out, o.What = "out", true, "dropped"
 		}
@@ -322,6 +324,63 @@ func TestPodsObserveError(t *testing.T) {
 		}
 		if !maps.Equal(r.state().mem.Routes, before.Routes) {
 			t.Errorf("memory changed: %v → %v", before.Routes, r.state().mem.Routes)
+		}
+	})
+}
+
+// TestPodsEvidenceIsTheAsksOwn: an ask's traffic summary is read once, at
+// its arrival: judging the same ask again later (a long-poll) does not
+// move its arrivals; a later ask's summary closes the route on quiet; an
+// ask without one drops the evidence and the tail decides.
+func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.src.set(map[string]bool{"a": true})
+		r.src.ports = []uint16{8080}
+		r.put("u1", true)
+		src := netip.MustParseAddr("10.0.0.1")
+		summary := func(sinceLast time.Duration) *api.Traffic {
+			st := api.SourceTraffic{Addr: src, Port: 8080, Arrivals: 41, First: 10*time.Second + sinceLast, MaxGap: 400 * time.Millisecond}
+			for i := range 16 {
+				st.Last = append(st.Last, sinceLast+time.Duration(i)*250*time.Millisecond)
+			}
+			return &api.Traffic{Watched: 11*time.Second + sinceLast, Sources: []api.SourceTraffic{st}}
+		}
+		ask := func(tr *api.Traffic) api.Verdict {
+			t.Helper()
+			v, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u1", Traffic: tr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		first, t1 := summary(0), time.Now()
+		v := ask(first)
+		if v.Released || v.Routes[0].QuietBy == nil {
+			t.Fatalf("first ask: released %v, quiet by %v: %s", v.Released, v.Routes[0].QuietBy, v.Message)
+		}
+		quietBy := *v.Routes[0].QuietBy
+		time.Sleep(time.Until(quietBy) + time.Second)
+		v = ask(first) // the same ask, judged again during its long-poll
+		if v.Released || !v.Routes[0].QuietBy.Equal(quietBy) {
+			t.Fatalf("the same ask later: released %v, quiet by %v (was %v): %s", v.Released, v.Routes[0].QuietBy, quietBy, v.Message)
+		}
+		v = ask(summary(time.Since(t1))) // the agent's next ask: nothing new arrived
+		if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
+			t.Fatalf("a fresh quiet summary: released %v, closed by %q: %s", v.Released, v.Routes[0].ClosedBy, v.Message)
+		}
+
+		// Another pod incarnation: evidence of recent traffic, then an ask
+		// with none: the tail alone decides, which has passed.
+		r.put("u2", true)
+		time.Sleep(11 * time.Second)
+		v, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u2", Traffic: summary(0)})
+		if err != nil || v.Released {
+			t.Fatalf("busy evidence after the tail: released %v (%v): %s", v.Released, err, v.Message)
+		}
+		v, err = r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u2"})
+		if err != nil || !v.Released || v.Routes[0].ClosedBy != api.ClosedByTail {
+			t.Fatalf("an ask without evidence: released %v (%v), closed by %q: %s", v.Released, err, v.Routes[0].ClosedBy, v.Message)
 		}
 	})
 }

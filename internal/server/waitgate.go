@@ -46,8 +46,16 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	}
 	st := p.stateLocked(pod, now)
 	st.asked = now
-	if req.Traffic != nil && !p.ignoreTraffic {
-		st.evidence = classify(req.Traffic, now, pod, p.epsilon)
+	// Each ask replaces the evidence, once: the wait API calls Verdict
+	// again during a long-poll with the same request, whose summary must
+	// keep the time it arrived (re-reading its ages against a later clock
+	// would make old silence look new). An ask without a summary drops
+	// the last one: the tails alone decide then, never stale evidence.
+	if req.Traffic != st.summary || st.summary == nil {
+		st.summary, st.evidence = req.Traffic, nil
+		if req.Traffic != nil && !p.ignoreTraffic {
+			st.evidence = classify(req.Traffic, now, pod, p.epsilon)
+		}
 	}
 	v, err := p.decideLocked(ctx, pod, st, now)
 	if err != nil {
