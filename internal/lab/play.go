@@ -126,8 +126,16 @@ func (p *play) step(ctx context.Context, i int) error {
 		}
 		old := p.current
 		p.current = name
-		_, err := cl.AppsV1().Deployments(p.ns).Patch(ctx, old, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
-		return err
+		oldPods, err := cl.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{LabelSelector: versionLabel + "=" + strconv.Itoa(i-1)})
+		if err != nil {
+			return err
+		}
+		if _, err := cl.AppsV1().Deployments(p.ns).Patch(ctx, old, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		// settle waits for the pods it has seen deleted: it must see all
+		// of the old ones first, or it ends the run before they even stop.
+		return waitFor(ctx, p.readyBy, func() bool { return p.pods.allDeleted(oldPods.Items) })
 	case Restart:
 		return p.restartOne(ctx, i)
 	default:

@@ -175,6 +175,18 @@ func (t *tracker) snapshot() []podRecord {
 
 // exitPending counts pods deleted or restarted whose app has not logged its
 // (first container's) exit.
+// allDeleted reports whether the tracker saw every one of pods deleted.
+func (t *tracker) allDeleted(pods []corev1.Pod) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range pods {
+		if r := t.pods[p.Name]; r == nil || r.deletedAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 func (t *tracker) exitPending() int {
 	n := 0
 	for _, r := range t.snapshot() {
