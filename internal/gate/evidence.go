@@ -189,8 +189,9 @@ type quietJudgement struct {
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
 // the pod out at outSince with the given tail. ok is false when there is
-// nothing to weigh (no evidence, no ports, no source on them): the tail
-// alone decides.
+// no evidence or the route has no ports: the tail alone decides. With no
+// source on the ports, the route closes at the tail's end on a report from
+// then on.
 //
 // Per source: a fitted source is quiet once the evidence shows it silent
 // for its bound, before or after the tail's end: the tail is a floor only
@@ -219,9 +220,9 @@ func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Du
 	if ev.Unknown.N > 0 {
 		weigh = append(weigh, ev.Unknown)
 	}
-	if len(weigh) == 0 {
-		return j, false
-	}
+	// No source yet is evidence too, once it is fresh: the agent's first
+	// ask comes before the pod's traffic was watched for long, so the
+	// route closes at the tail's end only on a report from then on.
 	var end time.Time // the latest of the sources' quiet ends
 	for _, a := range weigh {
 		j.sources++
@@ -254,7 +255,7 @@ func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Du
 		}
 		end = later(end, se)
 	}
-	if j.fitted == j.sources {
+	if j.sources > 0 && j.fitted == j.sources {
 		j.closeAt = end
 	} else {
 		j.closeAt = later(end, tailEnd)

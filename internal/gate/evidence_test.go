@@ -313,8 +313,9 @@ func TestNodeProbesAreNotRouteTraffic(t *testing.T) {
 	metrics := poisson(rng, "10.0.0.7", 2, t0, outSince.Add(3*tail))
 	metrics.port = 9090
 	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, nil, probes, metrics)
-	if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail || a.Route.QuietBy != nil {
-		t.Errorf("closed at %v by %q (quiet by %v), want at the tail's end by the tail alone: %s", at, a.Route.ClosedBy, a.Route.QuietBy, a.Route.Detail)
+	if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail || !strings.Contains(a.Why, "no traffic on its ports") ||
+		!strings.Contains(a.Why, "arrivals from the node not counted") {
+		t.Errorf("closed at %v by %q (%s), want at the tail's end by the tail, the node's arrivals shown: %s", at, a.Route.ClosedBy, a.Why, a.Route.Detail)
 	}
 }
 
@@ -381,5 +382,29 @@ func TestFitArrivals(t *testing.T) {
 	large := FitArrivals(Arrivals{N: 1001, First: t0, Last: []time.Time{t0.Add(500 * time.Second)}}, 0, 1e-6)
 	if !(small.Quiet > large.Quiet) {
 		t.Errorf("10 gaps give %s, 1000 gaps %s: want the short sample's bound longer", small.Quiet, large.Quiet)
+	}
+}
+
+// TestEmptyEarlyEvidenceWaitsForAReport: the agent's first ask comes
+// before it saw any traffic; at the tail's end the route waits for a
+// report from then on (QuietBy, which wakes the agent) instead of closing
+// on that empty first one, and a fresh report with traffic still arriving
+// keeps it open.
+func TestEmptyEarlyEvidenceWaitsForAReport(t *testing.T) {
+	const tail = 5 * time.Second
+	outSince := t0.Add(time.Second)
+	end := outSince.Add(tail)
+	empty := &Evidence{At: t0}
+	a := Assess(end.Add(time.Second), tgOut(tail), outSince, empty)
+	if a.Phase != PhaseOut || a.Route.QuietBy == nil || !a.Route.QuietBy.Equal(end) {
+		t.Fatalf("stale empty evidence after the tail: phase %s, quiet by %v: %s", a.Phase, a.Route.QuietBy, a.Route.Detail)
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	s := poisson(rng, "10.0.0.1", 5, t0, end.Add(10*time.Second))
+	if a := Assess(end.Add(time.Second), tgOut(tail), outSince, evidenceAt(end.Add(time.Second), 0, nil, s)); a.Phase == PhaseClosed {
+		t.Errorf("closed while the source still sends past the tail: %s", a.Route.Detail)
+	}
+	if a := Assess(end.Add(time.Second), tgOut(tail), outSince, &Evidence{At: end.Add(time.Second)}); a.Phase != PhaseClosed || a.Route.ClosedBy != api.ClosedByTail {
+		t.Errorf("fresh empty evidence after the tail: phase %s by %q: %s", a.Phase, a.Route.ClosedBy, a.Route.Detail)
 	}
 }

@@ -197,6 +197,10 @@ func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, 
 	case j.closeAt.After(end):
 		r.Detail = what + fmt.Sprintf(": open past the tail's end until %s, as %s", stamp(j.closeAt), j.lengthened)
 		why = fmt.Sprintf("%s, %s past its tail's end", quiet, now.Sub(end).Round(100*time.Millisecond))
+	case j.sources == 0:
+		r.ClosedBy = api.ClosedByTail
+		r.Detail = what + ": closed at the tail's end, nothing having arrived on its ports"
+		why = fmt.Sprintf("its %s tail (%s; no traffic on its ports)", o.TailName, max(o.Tail, 0))
 	default:
 		r.ClosedBy = api.ClosedByTail
 		r.Detail = what + ": closed at the tail's end (a source too sparse to fit a rate gives no evidence)"
