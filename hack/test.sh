@@ -24,5 +24,7 @@ go vet ./...
 go test -short -count=1 -run '^$' ./... >/dev/null
 # Short fuzzing of the parsers that face untrusted input.
 go test -run '^$' -fuzz '^FuzzParseDrainRequest$' -fuzztime 10s ./api/
+go test -run '^$' -fuzz '^FuzzParseTraffic$' -fuzztime 10s ./api/
+go test -run '^$' -fuzz '^FuzzParseDump$' -fuzztime 10s ./internal/traffic/
 go test -run '^$' -fuzz '^FuzzHandler$' -fuzztime 10s ./internal/inject/
 go test -p 1 -count=1 -timeout 60m "$@" ./...

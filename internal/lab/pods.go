@@ -30,6 +30,7 @@ type podRecord struct {
 	release     string    // how the agent let the pod go (releaseReason), "" without one
 	releasedAt  time.Time // when the lab read the agent's closing line
 	closes      report.Closes
+	agentLines  []string // the agent's release line and what it said of its traffic evidence
 	// sources counts every request the app received per source address
 	// (its "source" lines).
 	sources   map[string]int
@@ -112,10 +113,17 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 		}
 		sc := bufio.NewScanner(rc)
 		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "draingate-prestop: traffic evidence") {
+				t.mu.Lock()
+				t.pods[pod].agentLines = append(t.pods[pod].agentLines, sc.Text())
+				t.mu.Unlock()
+				continue
+			}
 			if why, ok := releaseReason(sc.Text()); ok {
 				t.mu.Lock()
 				t.pods[pod].release, t.pods[pod].releasedAt = why, time.Now()
 				t.pods[pod].closes = targetGroupCloses(sc.Text())
+				t.pods[pod].agentLines = append(t.pods[pod].agentLines, sc.Text())
 				t.mu.Unlock()
 				continue
 			}

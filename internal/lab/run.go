@@ -300,7 +300,7 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 		}
 		rp := report.Pod{
 			Name: p.name, IP: p.ip, Deleted: p.deletedAt, FailedProbe: p.failedProbe, Restarted: p.restarted,
-			SIGTERM: p.sigterm, Exit: p.exit, Release: p.release, ReleasedAt: p.releasedAt, Closes: p.closes,
+			SIGTERM: p.sigterm, Exit: p.exit, Release: p.release, ReleasedAt: p.releasedAt, Closes: p.closes, AgentLines: p.agentLines,
 			Draining: lb.draining(p.ip), Nodes: map[string]report.PodNode{}, Sources: p.sources,
 		}
 		for _, n := range lb.bal.Nodes() {

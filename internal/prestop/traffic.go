@@ -42,6 +42,7 @@ func startTraffic(read func() (traffic.Snapshot, error), interval time.Duration,
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
+		failedOnce := false
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
@@ -51,8 +52,14 @@ func startTraffic(read func() (traffic.Snapshot, error), interval time.Duration,
 			case <-tick.C:
 			}
 			if err := w.Sample(time.Now()); err != nil {
-				logTrafficOff(log, err)
-				return
+				if w.Ended() != nil {
+					logTrafficOff(log, err)
+					return
+				}
+				if !failedOnce {
+					failedOnce = true
+					log.printf("traffic evidence: a sample failed (%s); sampling on, no evidence sent while none is recent", api.OneLine(err.Error()))
+				}
 			}
 			if passiveErr == nil {
 				if passiveErr = w.PassiveOpensErr(); passiveErr != nil {

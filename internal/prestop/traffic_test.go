@@ -112,17 +112,22 @@ func TestStartTraffic(t *testing.T) {
 			t.Errorf("%d lines about the counter, want 1:\n%s", n, log.String())
 		}
 
-		// A failed read: one line, no evidence from then on, no more
-		// reads.
+		// Failed reads: one line for the first, no evidence once no good
+		// sample is recent, and after 20 in a row the watch ends: one
+		// more line, no more reads.
 		sc.set(func(s *scripted) { s.err = errors.New("sock_diag sent nothing for 500ms") })
-		time.Sleep(time.Second)
+		time.Sleep(1500 * time.Millisecond)
 		if s := summary(); s != nil {
-			t.Errorf("evidence after a failed read: %+v", s)
+			t.Errorf("evidence after failed reads: %+v", s)
 		}
+		if n := strings.Count(log.String(), "traffic evidence: a sample failed (sock_diag sent nothing for 500ms)"); n != 1 {
+			t.Errorf("%d lines about a failed sample, want 1:\n%s", n, log.String())
+		}
+		time.Sleep(time.Second)
 		reads := sc.count()
 		time.Sleep(time.Second)
 		if n := sc.count(); n != reads {
-			t.Errorf("%d reads after the failed one", n-reads)
+			t.Errorf("%d reads after the watch ended", n-reads)
 		}
 		if n := strings.Count(log.String(), "traffic evidence off: sock_diag sent nothing for 500ms; the server relies on route tails alone"); n != 1 {
 			t.Errorf("%d lines about the failure, want 1:\n%s", n, log.String())

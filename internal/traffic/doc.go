@@ -78,10 +78,12 @@
 // recent arrival. Memory stays bounded: connections are forgotten once gone,
 // and after maxKeys sources, a new source's arrivals go to Unknown.
 //
-// A failed read ends the watch for good: Summary then returns nil, because
-// a watcher with a gap can no longer vouch for the time it claims to have
-// watched, and no evidence is safer than evidence of quiet that was never
-// observed.
+// A failed read loses nothing by itself (cookies, byte counters and the
+// passive-open counter carry over to the next good sample), so the watch
+// goes on; but Summary returns nil while the latest good sample is older
+// than a second, since no evidence is safer than evidence of quiet that was
+// never observed. The baseline's failure, or 20 in a row, end the watch for
+// good.
 //
 // It imports the standard library (syscall, not golang.org/x/sys) and
 // draingate's api only, so the agent stays a small static binary.

@@ -26,6 +26,10 @@ const (
 	// value is in jiffies (up to 10 ms each) and read a moment after the
 	// sample's time, so smaller moves are noise.
 	lastRecvSlack = 25 * time.Millisecond
+	// maxFailures failed reads in a row end a watch; staleAfter is how old
+	// the latest good sample may be for Summary to still answer.
+	maxFailures = 20
+	staleAfter  = time.Second
 )
 
 // Watcher turns successive snapshots into arrivals per source (see the
@@ -34,14 +38,15 @@ const (
 type Watcher struct {
 	read func() (Snapshot, error)
 
-	mu      sync.Mutex
-	err     error // the failed read that ended the watch
-	started bool
-	start   time.Time // the baseline sample's time
-	last    time.Time // the latest successful sample's time
-	ports   portSet   // every port seen listening
-	listen  []uint16  // the ports listening at the latest sample
-	conns   map[uint64]seen
+	mu       sync.Mutex
+	err      error // the failed read that ended the watch
+	failures int   // failed reads in a row
+	started  bool
+	start    time.Time // the baseline sample's time
+	last     time.Time // the latest successful sample's time
+	ports    portSet   // every port seen listening
+	listen   []uint16  // the ports listening at the latest sample
+	conns    map[uint64]seen
 
 	passive    uint64
 	passiveOK  bool
@@ -72,6 +77,10 @@ type record struct {
 	arrivals int
 	first    time.Time
 	latest   []time.Time // ascending, the last api.MaxTrafficAges
+	// maxGap is the longest pause between two consecutive arrivals seen
+	// (api.SourceTraffic.MaxGap), which keeps a bursty source's pauses in
+	// the server's quiet bound.
+	maxGap time.Duration
 }
 
 // NewWatcher returns a Watcher taking its snapshots from read (Read, or a
@@ -82,8 +91,16 @@ func NewWatcher(read func() (Snapshot, error)) *Watcher {
 
 // Sample takes one snapshot and counts what arrived since the previous
 // one; now should be the time just before the call. The first successful
-// sample is the baseline. A failed read ends the watch: Sample returns that
-// error from then on without reading, and Summary returns nil.
+// sample is the baseline.
+//
+// A failed read loses nothing by itself: the next good sample still sees
+// every connection that is new or grew (cookies and byte counters persist)
+// and the passive opens in between (the counter does). So a failed read
+// ends the watch only when it is the baseline's, or the maxFailures-th in
+// a row; Sample then returns that error from then on without reading
+// (Ended reports it) and Summary returns nil. Until then Summary goes on,
+// but only while the latest good sample is recent (staleAfter): quiet that
+// nobody watched is never reported.
 func (w *Watcher) Sample(now time.Time) error {
 	w.mu.Lock()
 	err := w.err
@@ -98,11 +115,22 @@ func (w *Watcher) Sample(now time.Time) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
-		w.err = err
+		w.failures++
+		if !w.started || w.failures >= maxFailures {
+			w.err = err
+		}
 		return err
 	}
+	w.failures = 0
 	w.apply(snap, now)
 	return nil
+}
+
+// Ended reports the error that ended the watch, or nil while it goes on.
+func (w *Watcher) Ended() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // Listening is the ports listening at the latest successful sample.
@@ -333,6 +361,15 @@ func (r *record) add(t time.Time, n int) {
 			return -1
 		})
 		r.latest = slices.Insert(r.latest, i, t)
+		// The pauses on either side of the new arrival: splitting a pause
+		// seen before leaves maxGap as it was, which can only make the
+		// server's bounds longer.
+		if i > 0 {
+			r.maxGap = max(r.maxGap, t.Sub(r.latest[i-1]))
+		}
+		if i+1 < len(r.latest) {
+			r.maxGap = max(r.maxGap, r.latest[i+1].Sub(t))
+		}
 		if len(r.latest) > api.MaxTrafficAges {
 			r.latest = r.latest[1:]
 		}
@@ -355,6 +392,9 @@ func (r *record) merge(o *record) {
 	r.arrivals = min(r.arrivals+o.arrivals, maxArrivals)
 	all := append(slices.Clone(r.latest), o.latest...)
 	slices.SortStableFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	// Merged streams pause less than either alone; the longer of the two
+	// kept pauses stays, which only lengthens bounds.
+	r.maxGap = max(r.maxGap, o.maxGap)
 	r.latest = all[max(0, len(all)-api.MaxTrafficAges):]
 }
 
@@ -370,7 +410,7 @@ func (r *record) lastAt() time.Time {
 func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.started || w.err != nil {
+	if !w.started || w.err != nil || now.Sub(w.last) > staleAfter {
 		return nil
 	}
 	age := func(t time.Time) time.Duration { return min(max(now.Sub(t), 0), maxAge) }
@@ -395,6 +435,7 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	})
 	summarise := func(r *record) api.SourceTraffic {
 		st := api.SourceTraffic{Arrivals: r.arrivals, First: age(r.first)}
+		st.MaxGap = min(r.maxGap, st.First)
 		for i := len(r.latest) - 1; i >= 0; i-- {
 			st.Last = append(st.Last, age(r.latest[i]))
 		}

@@ -74,6 +74,12 @@ func src(addr string, port uint16, arrivals int, first time.Duration, last ...ti
 	return api.SourceTraffic{Addr: netip.MustParseAddr(addr), Port: port, Arrivals: arrivals, First: first, Last: last}
 }
 
+// withGap sets a source's longest pause.
+func withGap(s api.SourceTraffic, gap time.Duration) api.SourceTraffic {
+	s.MaxGap = gap
+	return s
+}
+
 // check compares a summary with want, and checks it survives the wire.
 func check(t *testing.T, got *api.Traffic, want api.Traffic) {
 	t.Helper()
@@ -128,7 +134,7 @@ func TestWatcherCountsArrivals(t *testing.T) {
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 300 * time.Millisecond,
 		Sources: []api.SourceTraffic{
-			src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond),
+			withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond),
 			src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond),
 			src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond),
 		},
@@ -206,7 +212,7 @@ func TestWatcherUnknownArrivals(t *testing.T) {
 	check(t, w.Summary(at(5)), api.Traffic{
 		Watched: 5 * tick,
 		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 4*tick, 4*tick)},
-		Unknown: api.SourceTraffic{Arrivals: 4, First: 4 * tick, Last: []time.Duration{0, 4 * tick, 4 * tick, 4 * tick}},
+		Unknown: api.SourceTraffic{Arrivals: 4, First: 4 * tick, Last: []time.Duration{0, 4 * tick, 4 * tick, 4 * tick}, MaxGap: 4 * tick},
 	})
 
 	// A counter that went backwards (it cannot) counts nothing.
@@ -345,7 +351,7 @@ func TestWatcherForgetsConnectionsKeepsPorts(t *testing.T) {
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 3 * tick,
 		Sources: []api.SourceTraffic{
-			src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick),
+			withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick),
 			src("10.0.0.2", 8080, 1, tick, tick),
 		},
 	})
@@ -365,18 +371,34 @@ func TestWatcherReadFailureEndsTheWatch(t *testing.T) {
 	if w.Summary(at(1)) == nil {
 		t.Fatal("no summary after two samples")
 	}
+	// A failed read loses nothing: the next good one sees what grew in
+	// between. While no good sample is recent, there is no summary.
 	boom := errors.New("sock_diag sent nothing for 500ms")
 	sc.err = boom
-	if err := w.Sample(at(2)); err != boom {
-		t.Fatalf("Sample = %v, want %v", err, boom)
+	if err := w.Sample(at(2)); err != boom || w.Ended() != nil {
+		t.Fatalf("Sample = %v, Ended = %v; want %v and the watch going on", err, w.Ended(), boom)
 	}
-	if s := w.Summary(at(2)); s != nil {
-		t.Errorf("summary after a failed read: %+v, want nil (no evidence rather than unobserved quiet)", s)
+	if s := w.Summary(at(2)); s == nil {
+		t.Error("no summary right after one failed read")
+	}
+	if s := w.Summary(at(1).Add(staleAfter + time.Millisecond)); s != nil {
+		t.Errorf("summary with no good sample for over %s: %+v, want nil (no evidence rather than unobserved quiet)", staleAfter, s)
 	}
 	sc.err = nil
+	sc.conns(inbound(1, "10.0.0.1:5000", 8080, 30, 0))
+	sample(t, w, 3)
+	if s := w.Summary(at(3)); s == nil || s.Sources[0].Arrivals != 2 {
+		t.Errorf("after a failed read, the growth in between counts: %+v", s)
+	}
+
+	// maxFailures in a row end the watch: the same error, no more reads.
+	sc.err = boom
+	for k := range maxFailures {
+		w.Sample(at(4 + k))
+	}
 	reads := sc.reads
-	if err := w.Sample(at(3)); err != boom || sc.reads != reads || w.Summary(at(3)) != nil {
-		t.Errorf("after the failure: Sample = %v, %d more reads, summary %+v; want the same error, no read, nil", err, sc.reads-reads, w.Summary(at(3)))
+	if err := w.Sample(at(30)); err != boom || sc.reads != reads || w.Summary(at(30)) != nil || w.Ended() != boom {
+		t.Errorf("after %d failures: Sample = %v, %d more reads, summary %+v; want the same error, no read, nil", maxFailures, err, sc.reads-reads, w.Summary(at(30)))
 	}
 }
 
@@ -549,4 +571,32 @@ func TestWatcherConcurrentSummaries(t *testing.T) {
 	if s := w.Summary(time.Now()); s == nil || s.Sources[0].Arrivals != 199 {
 		t.Errorf("summary %+v, want 199 arrivals", s)
 	}
+}
+
+// TestWatcherLongestPause: a source's summary carries the longest pause
+// between two of its arrivals, also once the pause has left its latest 16.
+func TestWatcherLongestPause(t *testing.T) {
+	w, sc := newScripted(8080)
+	a := inbound(1, "10.0.0.1:5000", 8080, 0, 0)
+	sc.conns(a)
+	sample(t, w, 0)
+	bytes := uint64(0)
+	k := 1
+	step := func(ticks int) {
+		k += ticks
+		bytes += 100
+		a.Info = info(bytes, 0)
+		sc.conns(a)
+		sample(t, w, k)
+	}
+	step(1)
+	step(40) // a 4 s pause
+	for range 20 {
+		step(1)
+	}
+	got := w.Summary(at(k))
+	if len(got.Sources) != 1 || got.Sources[0].MaxGap != 40*tick || len(got.Sources[0].Last) != api.MaxTrafficAges {
+		t.Errorf("summary %+v: want the 4s pause as MaxGap, and 16 latest ages", got.Sources)
+	}
+	roundTrip(t, got)
 }

@@ -53,6 +53,7 @@ type jsonPod struct {
 	Nodes        map[string]jsonPodNode `json:"nodes"`
 	Sources      map[string]int         `json:"sources"`
 	Closes       *jsonCloses            `json:"closes,omitempty"`
+	AgentLines   []string               `json:"agent_lines,omitempty"`
 }
 
 type jsonCloses struct {
@@ -140,6 +141,7 @@ func podJSON(p Pod) jsonPod {
 		Nodes:        map[string]jsonPodNode{},
 		Sources:      copyCounts(p.Sources),
 	}
+	jp.AgentLines = p.AgentLines
 	if c := p.Closes; c.Tail+c.Traffic > 0 {
 		jp.Closes = &jsonCloses{Tail: c.Tail, Traffic: c.Traffic, BoundS: c.Bound.Seconds(), Rates: c.Rates}
 	}

@@ -54,8 +54,10 @@ type Pod struct {
 	Release    string
 	ReleasedAt time.Time
 	// Closes is what closed the pod's target group routes, as the gate's
-	// release message said.
-	Closes Closes
+	// release message said; AgentLines are the agent's own words on its
+	// traffic evidence and its release, as it logged them.
+	Closes     Closes
+	AgentLines []string
 	// Draining is when the control plane first put the pod's target to
 	// draining (the controller's DeregisterTargets).
 	Draining time.Time

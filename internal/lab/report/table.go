@@ -47,6 +47,7 @@ func (r Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	writeEvidence(&b, r.Strategies)
+	writeTailCloses(&b, r.Strategies)
 	writePodLines(&b, r.Strategies)
 	b.WriteString("\n" +
 		"termination: pod deletion seen -> container exit. restart: first failed liveness probe -> container restart seen.\n" +
@@ -76,6 +77,28 @@ func writeEvidence(b *strings.Builder, ss []Strategy) {
 			head = true
 		}
 		fmt.Fprintf(b, "  %s: %s\n", s.Name, e)
+	}
+}
+
+// writeTailCloses quotes the agent for every pod whose target group route
+// its tail closed while the agent watched its traffic: why the evidence
+// did not end the wait is in its words.
+func writeTailCloses(b *strings.Builder, ss []Strategy) {
+	head := false
+	for _, s := range ss {
+		for _, p := range s.Pods {
+			if p.Closes.Tail == 0 || len(p.AgentLines) == 0 {
+				continue
+			}
+			if !head {
+				b.WriteString("\ntarget group routes closed by their tail, in the agent's words:\n")
+				head = true
+			}
+			fmt.Fprintf(b, "  %s %s:\n", s.Name, p.Name)
+			for _, l := range p.AgentLines {
+				fmt.Fprintf(b, "    %s\n", l)
+			}
+		}
 	}
 }
 
