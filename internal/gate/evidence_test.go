@@ -408,3 +408,22 @@ func TestEmptyEarlyEvidenceWaitsForAReport(t *testing.T) {
 		t.Errorf("fresh empty evidence after the tail: phase %s by %q: %s", a.Phase, a.Route.ClosedBy, a.Route.Detail)
 	}
 }
+
+// TestPortsOutliveTheListing: once a target group's listing drops the
+// pod's target (its deregistration delay ended), the observation has no
+// ports; the memory keeps them, and the evidence still weighs.
+func TestPortsOutliveTheListing(t *testing.T) {
+	const tail = 5 * time.Second
+	rng := rand.New(rand.NewPCG(19, 20))
+	outSince := t0.Add(time.Second)
+	s := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(3*tail))
+	now := outSince.Add(2 * tail)
+	p := Pod{Name: "p", Terminating: true, Evidence: evidenceAt(now, 0, nil, s)}
+	_, mem := Step(outSince, p, Memory{}, []Observation{tgOut(tail)})
+	absent := tgOut(tail)
+	absent.Ports, absent.State = nil, "absent"
+	v, _ := Step(now, p, mem, []Observation{absent})
+	if v.Released || v.Routes[0].QuietBy == nil {
+		t.Errorf("a source still sending past the tail, target no longer listed: released %v, quiet by %v: %s", v.Released, v.Routes[0].QuietBy, v.Message)
+	}
+}

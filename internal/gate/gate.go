@@ -32,6 +32,10 @@ type RouteMemory struct {
 	// OutSince is when the owner was first seen to have taken the pod out;
 	// zero while it routes to the pod. The tail counts from it.
 	OutSince time.Time
+	// Ports are the route's ports as last observed: a target group lists
+	// the pod's target only until its deregistration delay ends, and the
+	// traffic evidence still applies after that.
+	Ports []uint16
 }
 
 // Memory is everything the gate keeps about one terminating pod between
@@ -105,6 +109,11 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 			case m.OutSince.IsZero():
 				m.OutSince = now
 			}
+		}
+		if len(o.Ports) > 0 {
+			m.Ports = o.Ports
+		} else {
+			o.Ports = m.Ports
 		}
 		next.Routes[k] = m
 		judged[k] = Assess(now, o, m.OutSince, pod.Evidence)

@@ -286,7 +286,7 @@ func TestNotTerminating(t *testing.T) {
 	if v.Waited != 0 || v.Pod != "web-0" || v.Namespace != "shop" || v.UID != "uid-1" {
 		t.Errorf("verdict %+v", v)
 	}
-	if !next.TerminatingSince.Equal(t0) || !maps.Equal(next.Routes, prev.Routes) {
+	if !next.TerminatingSince.Equal(t0) || !reflect.DeepEqual(next.Routes, prev.Routes) {
 		t.Errorf("memory changed: %+v", next)
 	}
 }
@@ -360,7 +360,7 @@ func TestStepIsPure(t *testing.T) {
 	prevRoutes := maps.Clone(prev.Routes)
 	a, ma := Step(t0.Add(10*time.Second), pod(), prev, obs)
 	b, mb := Step(t0.Add(10*time.Second), pod(), prev, obs)
-	if a.Message != b.Message || len(a.Routes) != len(b.Routes) || !maps.Equal(ma.Routes, mb.Routes) {
+	if a.Message != b.Message || len(a.Routes) != len(b.Routes) || !reflect.DeepEqual(ma.Routes, mb.Routes) {
 		t.Errorf("two calls differ: %q vs %q", a.Message, b.Message)
 	}
 	for i := range obs {
@@ -368,7 +368,7 @@ func TestStepIsPure(t *testing.T) {
 			t.Errorf("input %d modified", i)
 		}
 	}
-	if !maps.Equal(prev.Routes, prevRoutes) {
+	if !reflect.DeepEqual(prev.Routes, prevRoutes) {
 		t.Errorf("previous memory modified: %v", prev.Routes)
 	}
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -15,6 +16,11 @@ import (
 type load struct {
 	attacker *vegeta.Attacker
 	done     chan struct{}
+	// stopping ends the attack through its pacer: the attack then ends as
+	// if its duration had passed, every request in flight completing.
+	// Attacker.Stop would instead abort the dials in flight, failing
+	// requests the data plane never saw (the lab's consistency check).
+	stopping atomic.Bool
 
 	mu      sync.Mutex
 	metrics vegeta.Metrics
@@ -36,7 +42,7 @@ func startLoad(urls []string, rps int, onResult func(at time.Time, failed bool))
 		targets[i] = vegeta.Target{Method: "GET", URL: u}
 	}
 	tr := vegeta.NewStaticTargeter(targets...)
-	results := l.attacker.Attack(tr, vegeta.Rate{Freq: rps, Per: time.Second}, 0, "lab")
+	results := l.attacker.Attack(tr, stoppable{vegeta.Rate{Freq: rps, Per: time.Second}, &l.stopping}, 0, "lab")
 	go func() {
 		defer close(l.done)
 		for r := range results {
@@ -49,10 +55,23 @@ func startLoad(urls []string, rps int, onResult func(at time.Time, failed bool))
 	return l
 }
 
+// stoppable is a pacer that ends the attack once stopping is set.
+type stoppable struct {
+	vegeta.Pacer
+	stopping *atomic.Bool
+}
+
+func (p stoppable) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if p.stopping.Load() {
+		return 0, true
+	}
+	return p.Pacer.Pace(elapsed, hits)
+}
+
 // stop ends the attack, waits for every answer and returns vegeta's own
 // counts: requests, and requests that did not succeed by the lab's rule.
 func (l *load) stop() (requests, failures int) {
-	l.attacker.Stop()
+	l.stopping.Store(true)
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()

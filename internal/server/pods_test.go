@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"reflect"
 	"net/netip"
 	"slices"
 	"strings"
@@ -322,7 +323,7 @@ func TestPodsObserveError(t *testing.T) {
 		if _, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web"}); err == nil {
 			t.Fatal("a verdict despite the failed observation")
 		}
-		if !maps.Equal(r.state().mem.Routes, before.Routes) {
+		if !reflect.DeepEqual(r.state().mem.Routes, before.Routes) {
 			t.Errorf("memory changed: %v → %v", before.Routes, r.state().mem.Routes)
 		}
 	})
