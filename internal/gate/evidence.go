@@ -189,7 +189,8 @@ type quietJudgement struct {
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
 // the pod out at outSince with the given tail. ok is false when there is
-// no evidence or the route has no ports: the tail alone decides. With no
+// no evidence or the route does not weigh traffic: the tail alone decides.
+// No ports means every port. With no
 // source on the ports, the route closes at the tail's end on a report from
 // then on.
 //
@@ -202,15 +203,15 @@ type quietJudgement struct {
 // when every source was fitted may that be before the tail's end. Every
 // close needs evidence from at or after the close time (fresh): at the
 // tail's end too, so that a source sending then is seen.
-func judgeTraffic(ev *Evidence, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
-	if ev == nil || len(ports) == 0 {
+func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
+	if ev == nil || !applies {
 		return j, false
 	}
 	tailEnd := outSince.Add(tail)
 	var weigh []Arrivals
 	for _, s := range ev.Sources {
 		switch {
-		case !slices.Contains(ports, s.Port) || s.N <= 0:
+		case len(ports) > 0 && !slices.Contains(ports, s.Port) || s.N <= 0:
 		case s.Class == ClassRemote:
 			weigh = append(weigh, s.Arrivals)
 		default:

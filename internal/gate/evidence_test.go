@@ -82,7 +82,7 @@ func evidenceAt(at time.Time, eps float64, unknown []time.Time, ss ...stream) *E
 // tgOut is a target group route whose owner took the pod out, on port 8080.
 func tgOut(tail time.Duration) Observation {
 	return Observation{Kind: "targetgroup", Name: "tg", Synced: true, Out: true, State: "draining",
-		What: "the target is draining", Tail: tail, TailName: "ALB", Ports: []uint16{8080}}
+		What: "the target is draining", Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080}}
 }
 
 // closeTime is when the route first closes as the agent reports every
@@ -425,5 +425,26 @@ func TestPortsOutliveTheListing(t *testing.T) {
 	v, _ := Step(now, p, mem, []Observation{absent})
 	if v.Released || v.Routes[0].QuietBy == nil {
 		t.Errorf("a source still sending past the tail, target no longer listed: released %v, quiet by %v: %s", v.Released, v.Routes[0].QuietBy, v.Message)
+	}
+}
+
+// TestUnknownPortsWeighEveryPort: a target group route first observed
+// after its target left the listing has no ports; every remote source
+// counts then (which can only lengthen a wait).
+func TestUnknownPortsWeighEveryPort(t *testing.T) {
+	const tail = 5 * time.Second
+	rng := rand.New(rand.NewPCG(21, 22))
+	outSince := t0.Add(time.Second)
+	s := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(3*tail))
+	s.port = 9999
+	now := outSince.Add(2 * tail)
+	o := tgOut(tail)
+	o.Ports = nil
+	if a := Assess(now, o, outSince, evidenceAt(now, 0, nil, s)); a.Phase == PhaseClosed {
+		t.Errorf("closed with a source still sending on an unknown port: %s", a.Route.Detail)
+	}
+	o.WeighTraffic = false
+	if a := Assess(now, o, outSince, evidenceAt(now, 0, nil, s)); a.Phase != PhaseClosed {
+		t.Errorf("a route that weighs no traffic did not close at its tail: %s", a.Route.Detail)
 	}
 }

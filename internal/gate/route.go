@@ -45,11 +45,14 @@ type Observation struct {
 	Tail     time.Duration
 	TailName string
 
-	// Ports are the pod's own ports the route's traffic arrives on (a
-	// target group's target ports). When set, the pod's traffic evidence
-	// (Pod.Evidence) from remote sources on these ports shortens or
-	// lengthens the tail; empty, the tail alone decides.
-	Ports []uint16
+	// WeighTraffic says the pod's traffic evidence (Pod.Evidence) applies:
+	// remote sources on Ports shorten or lengthen the tail (a target
+	// group's route). Ports are the pod's own ports the route's traffic
+	// arrives on (a target group's target ports); empty, every port counts
+	// (a target no longer listed, seen by no earlier observation), which
+	// can only lengthen a wait. Without WeighTraffic the tail alone decides.
+	WeighTraffic bool
+	Ports        []uint16
 }
 
 // Phase is where a route stands for the gate.
@@ -142,7 +145,7 @@ func Assess(now time.Time, o Observation, outSince time.Time, ev *Evidence) Asse
 	tail := max(o.Tail, 0)
 	end := outSince.Add(tail)
 	r.Since, r.TailEnds = outSince, &end
-	if j, ok := judgeTraffic(ev, o.Ports, outSince, tail); ok {
+	if j, ok := judgeTraffic(ev, o.WeighTraffic, o.Ports, outSince, tail); ok {
 		return assessTraffic(now, o, r, j, ev.Epsilon)
 	}
 	switch {

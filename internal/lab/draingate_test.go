@@ -216,7 +216,7 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 	ev := &gate.Evidence{At: now, Sources: []gate.Source{{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Class: gate.ClassRemote, Arrivals: arr},
 		{Addr: netip.MustParseAddr("10.244.0.1"), Port: 8080, Class: gate.ClassNode, Arrivals: arr}}}
 	o := gate.Observation{Kind: "targetgroup", Name: "arn:a", Synced: true, Out: true, State: "draining", What: "draining",
-		Tail: 5 * time.Minute, TailName: "NLB", Ports: []uint16{8080}}
+		Tail: 5 * time.Minute, TailName: "NLB", WeighTraffic: true, Ports: []uint16{8080}}
 	mem := gate.Memory{TerminatingSince: t0, Routes: map[gate.RouteKey]gate.RouteMemory{{Kind: "targetgroup", Name: "arn:a"}: {OutSince: t0.Add(5 * time.Second)}}}
 	v, _ := gate.Step(now, gate.Pod{Name: "p", Terminating: true, Evidence: ev}, mem, []gate.Observation{o})
 	if !v.Released {

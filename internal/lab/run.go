@@ -259,8 +259,14 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	loadStopped = true
 	res.Timeline.End = time.Now()
 	// The lab's own consistency check: every request went through the data
-	// plane, so both sides must count the same.
-	if ds := lb.bal.Stats(); int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
+	// plane, so both sides must count the same. A node records a request
+	// once its answer is written, which the client may read first: give
+	// the last ones a moment.
+	ds := lb.bal.Stats()
+	for wait := time.Now().Add(2 * time.Second); int(ds.Total) < res.Requests && time.Now().Before(wait); ds = lb.bal.Stats() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
 		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d",
 			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed))
 	}

@@ -63,7 +63,7 @@ func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, known []string, wai
 	}
 	var out []gate.Observation
 	for _, n := range slices.Sorted(maps.Keys(names)) {
-		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test", Ports: s.ports}
+		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test", WeighTraffic: len(s.ports) > 0, Ports: s.ports}
 		if names[n] {
 			o.State, o.Out, o.What = "out", true, "dropped"
 		}

@@ -180,6 +180,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 			state, reason := TargetOf(obs.Targets, ips)
 			o = s.Judge(state, reason, obs.LoadBalancerType, true)
 			o.Ports = TargetPorts(obs.Targets, ips)
+			o.WeighTraffic = true
 		} else {
 			o = gate.Observation{Kind: Kind}
 		}
