@@ -84,9 +84,22 @@ type Closes struct {
 // bound p50 7.1s (max 9.0s); rates 2.1-3.4/s, ...", or "" when no pod's
 // release message named a target group route.
 func (s Strategy) EvidenceSummary() string {
-	var tail, traffic int
-	var bounds []time.Duration
-	var rates []string
+	tail, traffic, bounds, rates := s.closes()
+	if tail+traffic == 0 {
+		return ""
+	}
+	out := fmt.Sprintf("target group routes closed by traffic %d, by tail %d", traffic, tail)
+	if p50, ok := pct(bounds, 50); ok {
+		hi, _ := pct(bounds, 100)
+		out += fmt.Sprintf("; quiet bound p50 %.1fs (max %.1fs); fitted rates per source %s", p50.Seconds(), hi.Seconds(), strings.Join(rates, ", "))
+	}
+	return out
+}
+
+// closes totals the pods' target group route closes by tail and by traffic,
+// with the quiet bounds of the pods a traffic close released and their
+// fitted rates (each distinct text once).
+func (s Strategy) closes() (tail, traffic int, bounds []time.Duration, rates []string) {
 	for _, p := range s.Pods {
 		tail += p.Closes.Tail
 		traffic += p.Closes.Traffic
@@ -97,15 +110,7 @@ func (s Strategy) EvidenceSummary() string {
 			}
 		}
 	}
-	if tail+traffic == 0 {
-		return ""
-	}
-	out := fmt.Sprintf("target group routes closed by traffic %d, by tail %d", traffic, tail)
-	if p50, ok := pct(bounds, 50); ok {
-		hi, _ := pct(bounds, 100)
-		out += fmt.Sprintf("; quiet bound p50 %.1fs (max %.1fs); fitted rates per source %s", p50.Seconds(), hi.Seconds(), strings.Join(rates, ", "))
-	}
-	return out
+	return tail, traffic, bounds, rates
 }
 
 // PodNode is what one load balancer node did with one pod.

@@ -26,19 +26,20 @@ type Scoreboard struct {
 func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# draingate lab scoreboard\n\ntime scale %g (durations as measured, not rescaled)\n\n", b.TimeScale)
-	sb.WriteString("| scenario | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack min s | after SIGTERM | released by | draingate ELBv2 calls |\n")
-	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|---|---|\n")
+	sb.WriteString("| scenario | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack p50 / min s | after SIGTERM | released by | routes closed by | draingate ELBv2 calls |\n")
+	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|---|---|---|\n")
 	for _, r := range b.Runs {
 		for _, s := range r.Strategies {
 			tp50, ok50 := s.TerminationP50()
 			tp99, ok99 := s.TerminationP99()
 			rp50, okR := s.RestartP50()
+			sp50, okS := s.SlackP50()
 			smin, okM := s.SlackMin()
 			cells := []string{
 				r.Scenario, s.Name, fmt.Sprint(s.Requests), failedCell(s),
 				seconds(tp50, ok50) + " / " + seconds(tp99, ok99),
-				seconds(rp50, okR), seconds(smin, okM), count(s.AfterSIGTERM()),
-				counts(s.Releases), counts(s.GateELBv2Calls),
+				seconds(rp50, okR), seconds(sp50, okS) + " / " + seconds(smin, okM), count(s.AfterSIGTERM()),
+				counts(s.Releases), s.closesCell(), counts(s.GateELBv2Calls),
 			}
 			for i, c := range cells {
 				cells[i] = mdCell(c)
@@ -50,6 +51,7 @@ func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation). " +
 		"after SIGTERM: requests load balancer nodes sent pods at or after their SIGTERM. " +
 		"released by: how each pod's preStop agent let it go. " +
+		"routes closed by: what closed the pods' target group routes, the traffic evidence (with the quiet bound's p50) or the tail. " +
 		"draingate ELBv2 calls: draingate's own, per action (every caller's are in the JSON).\n")
 	var notes []string
 	notes = append(notes, b.Notes...)
@@ -66,6 +68,21 @@ func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// closesCell is a strategy's target group route closes in short, e.g.
+// "traffic=5 tail=1 (bound p50 7.1 s)", or "-" when no release message
+// named one.
+func (s Strategy) closesCell() string {
+	tail, traffic, bounds, _ := s.closes()
+	if tail+traffic == 0 {
+		return "-"
+	}
+	out := fmt.Sprintf("traffic=%d tail=%d", traffic, tail)
+	if p50, ok := pct(bounds, 50); ok {
+		out += fmt.Sprintf(" (bound p50 %.1f s)", p50.Seconds())
+	}
+	return out
 }
 
 // failedCell is the failed count with its rate, e.g. "314 (6.56%)"; just
