@@ -120,7 +120,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 // commonFlags binds the flags run and matrix share; the seed is returned.
 func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 	fs.IntVar(&o.Rollouts, "rollouts", 1, "rollouts (blue/green switches, restarts) per strategy")
-	fs.IntVar(&o.RPS, "rps", 50, "requests per second through the data plane")
+	fs.IntVar(&o.RPS, "rps", 50, "requests per second through the data plane at full scale (like every duration, the rate follows --time-scale: 50 at 0.5 plays 100/s)")
 	fs.IntVar(&o.Replicas, "replicas", 6, "Deployment replicas")
 	fs.Float64Var(&o.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
 	fs.Func("draingate-set", "a value for the draingate chart, in Helm --set syntax (repeatable), on top of its defaults; echoed in the report", func(v string) error {

@@ -227,3 +227,28 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 		t.Errorf("targetGroupCloses(%q) = %+v, want one close by traffic with its bound and rates", v.Message, got)
 	}
 }
+
+// TestLoadFollowsTheTimeScale: a scaled run plays the full-scale load
+// faster, as it plays every duration, so per-source rates keep their
+// proportion to the tails and the quiet bound.
+func TestLoadFollowsTheTimeScale(t *testing.T) {
+	for _, c := range []struct {
+		scale float64
+		per   time.Duration
+		says  string
+	}{
+		{1, time.Second, "50 requests/s"},
+		{0, time.Second, "50 requests/s"},
+		{0.5, 500 * time.Millisecond, "50 requests/s at full scale, played at 100/s"},
+		{0.25, 250 * time.Millisecond, "50 requests/s at full scale, played at 200/s"},
+		{2, 2 * time.Second, "50 requests/s at full scale, played at 25/s"},
+	} {
+		o := Options{RPS: 50, TimeScale: c.scale}
+		if got := o.loadPer(); got != c.per {
+			t.Errorf("scale %g: per %v, want %v", c.scale, got, c.per)
+		}
+		if got := o.loadRate(); got != c.says {
+			t.Errorf("scale %g: %q, want %q", c.scale, got, c.says)
+		}
+	}
+}

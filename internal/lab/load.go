@@ -31,7 +31,7 @@ type load struct {
 // (no status) or a 5xx.
 func failed(code uint16) bool { return code == 0 || code >= 500 }
 
-func startLoad(urls []string, rps int, onResult func(at time.Time, failed bool)) *load {
+func startLoad(urls []string, rps int, per time.Duration, onResult func(at time.Time, failed bool)) *load {
 	l := &load{
 		attacker: vegeta.NewAttacker(vegeta.KeepAlive(true), vegeta.Timeout(30*time.Second), vegeta.Workers(16), vegeta.MaxWorkers(512)),
 		done:     make(chan struct{}),
@@ -42,7 +42,7 @@ func startLoad(urls []string, rps int, onResult func(at time.Time, failed bool))
 		targets[i] = vegeta.Target{Method: "GET", URL: u}
 	}
 	tr := vegeta.NewStaticTargeter(targets...)
-	results := l.attacker.Attack(tr, stoppable{vegeta.Rate{Freq: rps, Per: time.Second}, &l.stopping}, 0, "lab")
+	results := l.attacker.Attack(tr, stoppable{vegeta.Rate{Freq: rps, Per: per}, &l.stopping}, 0, "lab")
 	go func() {
 		defer close(l.done)
 		for r := range results {

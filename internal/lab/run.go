@@ -48,6 +48,27 @@ type Options struct {
 	Progress     io.Writer
 }
 
+// loadPer is the period the load sends RPS requests in: a second at full
+// scale, and scaled like every other duration, so that a scaled run is the
+// full-scale one played faster (a rate is per time too: a per-source rate,
+// hence the gate's quiet bound, keeps its proportion to the tails).
+func (o Options) loadPer() time.Duration {
+	if o.TimeScale <= 0 {
+		return time.Second
+	}
+	return time.Duration(float64(time.Second) * o.TimeScale)
+}
+
+// loadRate says the load's rate, e.g. "50 requests/s" or "50 requests/s at
+// full scale, played at 100/s".
+func (o Options) loadRate() string {
+	played := float64(o.RPS) * float64(time.Second) / float64(o.loadPer())
+	if played == float64(o.RPS) {
+		return fmt.Sprintf("%d requests/s", o.RPS)
+	}
+	return fmt.Sprintf("%d requests/s at full scale, played at %.4g/s", o.RPS, played)
+}
+
 // Env is what a run needs of the cluster: an admin config and a clientset
 // (internal/testenv provides both), and the host's address on the cluster's
 // bridge (testenv.HostIP), where the ELBv2 emulator listens so that pods
@@ -73,7 +94,7 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 	rep = report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))
 	if o.TimeScale != 1 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g", o.TimeScale, o.TimeScale))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g, and the load's rate divided by it (%s)", o.TimeScale, o.TimeScale, o.loadRate()))
 	}
 	if UsesGate(o.Strategies) && env.HostIP == "" {
 		return rep, errors.New("the draingate strategy needs Env.HostIP: its gate server, in a pod, must reach the ELBv2 emulator")
@@ -235,14 +256,14 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	// Load, rollouts, and the wait for every stopped pod to be out of rotation.
 	callsBefore, byBefore := r.emu.Calls(), r.emu.CallsBy()
 	res.Timeline.Start = time.Now()
-	l := startLoad(lb.urls, r.o.RPS, res.Timeline.AddRequest)
+	l := startLoad(lb.urls, r.o.RPS, r.o.loadPer(), res.Timeline.AddRequest)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
 			l.stop()
 		}
 	}()
-	r.progress(st, "load: %d requests/s through %d load balancer nodes", r.o.RPS, len(lb.nodes))
+	r.progress(st, "load: %s through %d load balancer nodes", r.o.loadRate(), len(lb.nodes))
 	time.Sleep(2 * time.Second) // a steady state before the first rollout
 	for i := 1; i <= r.o.Rollouts; i++ {
 		r.progress(st, "%s %d/%d", sc.Workload, i, r.o.Rollouts)
