@@ -174,7 +174,7 @@ func (p *play) restartOne(ctx context.Context, i int) error {
 		return fmt.Errorf("making pod %s's liveness probe fail: %s", victim.name, resp.Status)
 	}
 	p.r.progress(p.st, "pod %s: liveness probe failing from now on", victim.name)
-	restartBy := p.readyBy + grace + p.hook() + 4*p.sc.LivenessPeriod
+	restartBy := p.readyBy + p.stopBy() + 4*p.sc.LivenessPeriod
 	if err := waitFor(ctx, restartBy, func() bool { return p.pods.restartedAt(victim.name) }); err != nil {
 		return fmt.Errorf("pod %s's container was not restarted: %w", victim.name, err)
 	}
@@ -183,18 +183,22 @@ func (p *play) restartOne(ctx context.Context, i int) error {
 	return p.lb.bal.WaitInRotation(wctx, p.r.o.Replicas)
 }
 
-// hook is the longest a preStop hook of this strategy holds SIGTERM.
-func (p *play) hook() time.Duration {
+// stopBy is the longest the kubelet may take to stop one of the pods:
+// their longest grace period as created (the injection webhook sizes it,
+// and the agent's max-wait, from each pod's routes), and at least the
+// strategy's own hook plus the app's grace.
+func (p *play) stopBy() time.Duration {
+	hook := p.st.Sleep
 	if p.gate != nil {
-		return p.gate.MaxWait
+		hook = p.gate.MaxWait
 	}
-	return p.st.Sleep
+	return max(grace+hook, p.pods.longestGrace())
 }
 
 // settle waits until every stopped pod has exited and, when it was deleted,
 // left every node's rotation.
 func (p *play) settle(ctx context.Context) error {
-	tailBy := grace + p.hook() + p.sc.MaxRouteDelay() + p.sc.ScaleDownDelay + time.Minute
+	tailBy := p.stopBy() + p.sc.MaxRouteDelay() + p.sc.ScaleDownDelay + time.Minute
 	if err := waitFor(ctx, tailBy, func() bool { return p.pods.exitPending() == 0 }); err != nil {
 		return fmt.Errorf("stopped pods did not exit: %w", err)
 	}

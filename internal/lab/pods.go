@@ -27,10 +27,13 @@ type podRecord struct {
 	failedProbe time.Time // the app's first failed liveness probe
 	sigterm     time.Time
 	exit        time.Time
-	release     string    // how the agent let the pod go (releaseReason), "" without one
-	releasedAt  time.Time // when the lab read the agent's closing line
-	closes      report.Closes
-	agentLines  []string // the agent's release line and what it said of its traffic evidence
+	// grace is the pod's terminationGracePeriodSeconds as created: what
+	// the injection webhook gave it (a preStop agent's max-wait included).
+	grace      time.Duration
+	release    string    // how the agent let the pod go (releaseReason), "" without one
+	releasedAt time.Time // when the lab read the agent's closing line
+	closes     report.Closes
+	agentLines []string // the agent's release line and what it said of its traffic evidence
 	// sources counts every request the app received per source address
 	// (its "source" lines).
 	sources   map[string]int
@@ -81,6 +84,9 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 	}
 	if r.ip == "" {
 		r.ip = p.Status.PodIP
+	}
+	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+		r.grace = time.Duration(*g) * time.Second
 	}
 	if p.DeletionTimestamp != nil && r.deletedAt.IsZero() {
 		r.deletedAt = now
@@ -193,6 +199,17 @@ func (t *tracker) allDeleted(pods []corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// longestGrace is the longest grace period of the pods seen (zero without
+// any): how long the kubelet may take to stop one of them, its preStop
+// hook included.
+func (t *tracker) longestGrace() time.Duration {
+	var g time.Duration
+	for _, r := range t.snapshot() {
+		g = max(g, r.grace)
+	}
+	return g
 }
 
 func (t *tracker) exitPending() int {
