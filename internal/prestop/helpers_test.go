@@ -110,7 +110,10 @@ func released(reason api.Reason) reply {
 func waiting(hold bool) reply {
 	return reply{hold: hold, verdict: &api.Verdict{
 		Pod: "web-0", Namespace: "shop", UID: testUID,
-		Routes: []api.Route{{Kind: "targetgroup", Name: "tg-web", State: "draining"}},
+		Routes: []api.Route{
+			{Kind: "endpointslice", Name: "web-x7k2p", State: "closed", Detail: "closed long ago"},
+			{Kind: "targetgroup", Name: "tg-web", State: "draining", Detail: "the target is draining; a source sent after the tail's end"},
+		},
 	}}
 }
 

@@ -88,7 +88,7 @@ func (w *waiter) run(ctx context.Context) {
 			return
 		case !now.Before(deadline):
 			w.res.Outcome = Deadline
-			w.log.printf("deadline reached after %s, not released (%s)", w.since(), w.lastWord())
+			w.log.printf("deadline reached after %s, not released (%s)%s", w.since(), w.lastWord(), openDetails(w.res.Verdict))
 			return
 		case !w.answered && w.res.Asks > 0 && !now.Before(fallbackEnd):
 			w.res.Outcome = NoServer
@@ -249,6 +249,22 @@ func summary(v *api.Verdict) string {
 	s := reason + " (" + routeList(v.Routes) + ")"
 	if v.Message != "" {
 		s += ": " + v.Message
+	}
+	return s
+}
+
+// openDetails says, for a verdict that did not release, why each open
+// route was open as the server put it: "; open: targetgroup/arn: the
+// target is draining since ...". Empty without a verdict or details.
+func openDetails(v *api.Verdict) string {
+	if v == nil {
+		return ""
+	}
+	var s string
+	for _, r := range v.Routes {
+		if r.State != "closed" && r.Detail != "" {
+			s += "; open: " + r.Kind + "/" + r.Name + ": " + r.Detail
+		}
 	}
 	return s
 }
