@@ -19,8 +19,14 @@ type Evidence struct {
 	// Sources is one entry per remote address and local port.
 	Sources []Source
 	// Unknown are arrivals the agent could not attribute (connections
-	// that opened and closed between two of its samples). Their port is
-	// unknown, so they count on every route as if one more source sent.
+	// that opened and closed between two of its samples). Their port and
+	// source are unknown, and most are not a route's traffic: load
+	// balancer health checks (the load balancer node closes each check's
+	// connection) and kubelet probes close before a sample sees them, and
+	// go on whether the pod is routed to or not. So they never hold a
+	// route past its tail; they only stop the evidence from closing one
+	// before its tail when they are as many as the arrivals it attributed
+	// (see judgeTraffic).
 	Unknown Arrivals
 	// Epsilon is the chance of a false quiet the server accepts per route
 	// and source: the probability that a source still sending at its
@@ -185,6 +191,9 @@ type quietJudgement struct {
 	// fromNode counts the arrivals on the ports from the node's own
 	// addresses (probes): shown, never weighed.
 	fromNode int
+	// unknown counts the arrivals of unknown source: shown, weighed only
+	// against an early close.
+	unknown int
 }
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
@@ -200,9 +209,11 @@ type quietJudgement struct {
 // could not be fitted gives no evidence: it is quiet at the tail's end if
 // it sent nothing after it, else a tail after its latest arrival (it proved
 // the tail too short). The route closes when every source is quiet; only
-// when every source was fitted may that be before the tail's end. Every
-// close needs evidence from at or after the close time (fresh): at the
-// tail's end too, so that a source sending then is seen.
+// when every source was fitted, and the unknown arrivals are fewer than the
+// sources' own, may that be before the tail's end. Unknown arrivals are
+// not a source (see Evidence.Unknown): they never keep a route open past
+// its tail. Every close needs evidence from at or after the close time
+// (fresh): at the tail's end too, so that a source sending then is seen.
 func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
 	if ev == nil || !applies {
 		return j, false
@@ -218,9 +229,7 @@ func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time
 			j.fromNode += s.N
 		}
 	}
-	if ev.Unknown.N > 0 {
-		weigh = append(weigh, ev.Unknown)
-	}
+	j.unknown = ev.Unknown.N
 	// No source yet is evidence too, once it is fresh: the agent's first
 	// ask comes before the pod's traffic was watched for long, so the
 	// route closes at the tail's end only on a report from then on.
@@ -256,7 +265,7 @@ func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time
 		}
 		end = later(end, se)
 	}
-	if j.sources > 0 && j.fitted == j.sources {
+	if j.sources > 0 && j.fitted == j.sources && j.unknown < j.arrived {
 		j.closeAt = end
 	} else {
 		j.closeAt = later(end, tailEnd)
@@ -286,12 +295,17 @@ func (j quietJudgement) describe(eps float64) string {
 	return s + j.nodeNote()
 }
 
-// nodeNote mentions the node's own arrivals, which the judgement ignored.
+// nodeNote mentions the node's own arrivals, which the judgement ignored,
+// and the unknown ones, which it did not count as a source.
 func (j quietJudgement) nodeNote() string {
-	if j.fromNode == 0 {
-		return ""
+	var s string
+	if j.fromNode > 0 {
+		s += fmt.Sprintf(", %d arrivals from the node not counted", j.fromNode)
 	}
-	return fmt.Sprintf(", %d arrivals from the node not counted", j.fromNode)
+	if j.unknown > 0 {
+		s += fmt.Sprintf(", %d of unknown source (too short to see) not counted as a source", j.unknown)
+	}
+	return s
 }
 
 // rates is the fitted sources' rates: "2.8/s" or "2.1-3.4/s".

@@ -283,22 +283,45 @@ func TestBurstsKeepTheirPauses(t *testing.T) {
 	}
 }
 
-// TestUnknownArrivalsCountAsASource: arrivals of unknown source keep every
-// route with ports open like a source, and are weighed alone when no
-// source is known.
-func TestUnknownArrivalsCountAsASource(t *testing.T) {
+// TestUnknownArrivals: arrivals of unknown source (connections too short to
+// see: load balancer health checks, probes) are not a source. A steady
+// stream of them, going on past the tail as health checks do, never holds
+// a route past its tail's end; a few of them do not stop an early close
+// by the sources' evidence; as many as the attributed arrivals do, and
+// the route then closes at its tail's end.
+func TestUnknownArrivals(t *testing.T) {
 	const tail = 20 * time.Second
 	outSince := t0.Add(5 * time.Second)
-	rng := rand.New(rand.NewPCG(9, 10))
-	known := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
-	unknown := poisson(rng, "0.0.0.0", 5, t0, outSince.Add(12*time.Second)).times
-	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, unknown, known)
-	if at.Before(unknown[len(unknown)-1]) {
-		t.Fatalf("closed at %v before the last unknown arrival %v: %s", at, unknown[len(unknown)-1], a.Route.Detail)
-	}
-	if !strings.Contains(a.Route.Detail, "from 2 sources") {
-		t.Errorf("unknown arrivals do not count as a source: %s", a.Route.Detail)
-	}
+	until := outSince.Add(3 * tail)
+	t.Run("a steady stream past the tail", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(9, 10))
+		known := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		checks := poisson(rng, "0.0.0.0", 0.2, t0, until).times
+		at, a := closeTime(tgOut(tail), outSince, outSince, until, 100*time.Millisecond, 0, checks, known)
+		if at.IsZero() || at.After(outSince.Add(tail)) {
+			t.Fatalf("closed at %v, want by the tail's end %v: %s", at, outSince.Add(tail), a.Route.Detail)
+		}
+		if a.Route.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Why, "of unknown source (too short to see) not counted as a source") {
+			t.Errorf("closed by %q (%s), want by traffic, the unknown arrivals shown", a.Route.ClosedBy, a.Why)
+		}
+	})
+	t.Run("as many as the attributed ones", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(11, 10))
+		known := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		many := poisson(rng, "0.0.0.0", 8, t0, outSince.Add(time.Second)).times
+		at, a := closeTime(tgOut(tail), outSince, outSince, until, 100*time.Millisecond, 0, many, known)
+		if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail || !strings.Contains(a.Why, "too many arrivals of unknown source") {
+			t.Errorf("closed at %v by %q (%s), want at the tail's end %v by the tail: %s", at, a.Route.ClosedBy, a.Why, outSince.Add(tail), a.Route.Detail)
+		}
+	})
+	t.Run("alone", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(12, 10))
+		checks := poisson(rng, "0.0.0.0", 3, t0, until).times
+		at, a := closeTime(tgOut(tail), outSince, outSince, until, 100*time.Millisecond, 0, checks)
+		if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail {
+			t.Errorf("closed at %v by %q, want at the tail's end %v by the tail: %s", at, a.Route.ClosedBy, outSince.Add(tail), a.Route.Detail)
+		}
+	})
 }
 
 // TestNodeProbesAreNotRouteTraffic: the node's own probes on the route's

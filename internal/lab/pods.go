@@ -233,12 +233,14 @@ func (t *tracker) restartedAt(pod string) bool {
 // The gate's release message says how each target group route closed
 // (internal/gate: Assessment.Why): "targetgroup/ARN by quiet 7.5s after 28
 // arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.1s), 10.4s before
-// its tail's end, 12 arrivals from the node not counted", or
+// its tail's end, 12 arrivals from the node not counted, 3 of unknown source
+// (too short to see) not counted as a source", or
 // "targetgroup/ARN by its ALB tail (20s)".
 var (
 	quietSources = regexp.MustCompile(`^\S+ by quiet \S+ after \d+ arrivals from (\d+) sources?`)
 	quietFit     = regexp.MustCompile(`fitted at ([^,]+), bound ([^)]+)\)`)
 	fromNode     = regexp.MustCompile(`(\d+) arrivals from the node not counted`)
+	unknownSrc   = regexp.MustCompile(`(\d+) of unknown source`)
 )
 
 // targetGroupCloses reads, from the agent's release line, what closed the
@@ -250,6 +252,10 @@ func targetGroupCloses(line string) report.Closes {
 		if m := fromNode.FindStringSubmatch(ch); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			c.NodeArrivals += n
+		}
+		if m := unknownSrc.FindStringSubmatch(ch); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			c.Unknown += n
 		}
 		m := quietSources.FindStringSubmatch(ch)
 		if m == nil {

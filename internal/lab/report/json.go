@@ -61,6 +61,7 @@ type jsonCloses struct {
 	Traffic int     `json:"traffic"`
 	BoundS  float64 `json:"quiet_bound_s"`
 	Rates   string  `json:"rates,omitempty"`
+	Unknown int     `json:"unknown_arrivals"`
 }
 
 type jsonPodNode struct {
@@ -143,7 +144,7 @@ func podJSON(p Pod) jsonPod {
 	}
 	jp.AgentLines = p.AgentLines
 	if c := p.Closes; c.Tail+c.Traffic > 0 {
-		jp.Closes = &jsonCloses{Tail: c.Tail, Traffic: c.Traffic, BoundS: c.Bound.Seconds(), Rates: c.Rates}
+		jp.Closes = &jsonCloses{Tail: c.Tail, Traffic: c.Traffic, BoundS: c.Bound.Seconds(), Rates: c.Rates, Unknown: c.Unknown}
 	}
 	if p.Release != "" {
 		jp.Release = &p.Release

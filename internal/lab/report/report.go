@@ -76,8 +76,10 @@ type Closes struct {
 	Bound         time.Duration
 	Rates         string
 	// Sources is the most sources a traffic close weighed; NodeArrivals the
-	// node's own arrivals (probes) the gate saw and did not count.
-	Sources, NodeArrivals int
+	// node's own arrivals (probes) the gate saw and did not count; Unknown
+	// the arrivals of unknown source (connections too short for the agent
+	// to see) it did not count as a source.
+	Sources, NodeArrivals, Unknown int
 }
 
 // EvidenceSummary is a strategy's route closes: "traffic 5, tail 1; quiet
