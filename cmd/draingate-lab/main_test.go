@@ -66,6 +66,20 @@ func TestParseScenarioAndScale(t *testing.T) {
 	}
 }
 
+func TestParseMatrixRepeat(t *testing.T) {
+	out := t.TempDir()
+	if _, err := parseMatrix([]string{"--repeat", "0", "--out", out}, noEnv, io.Discard); err == nil || err.Error() != "--repeat must be at least 1" {
+		t.Errorf("--repeat 0: err = %v", err)
+	}
+	m, err := parseMatrix([]string{"--repeat", "3", "--scenarios", "alb,nlb", "--out", out}, noEnv, io.Discard)
+	if err != nil || m.repeat != 3 || len(m.scenarios) != 2 {
+		t.Errorf("--repeat 3: %+v, %v", m, err)
+	}
+	if m, err := parseMatrix([]string{"--out", out}, noEnv, io.Discard); err != nil || m.repeat != 1 {
+		t.Errorf("default repeat: %+v, %v", m, err)
+	}
+}
+
 func noEnv(string) string { return "" }
 
 // Every flag also reads DRAINGATE_<FLAG>, the scenario included (it sets

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +23,9 @@ type matrixConfig struct {
 	strategies []lab.Strategy // unscaled
 	opts       lab.Options    // shared; Scenario and Strategies set per run
 	out        string
+	// repeat plays the whole list this many times, each round with its own
+	// seed (the first round's plus the round's index).
+	repeat int
 }
 
 func parseMatrix(args []string, getenv func(string) string, stderr io.Writer) (*matrixConfig, error) {
@@ -32,9 +36,13 @@ func parseMatrix(args []string, getenv func(string) string, stderr io.Writer) (*
 	scenarios := fs.String("scenarios", strings.Join(lab.ScenarioNames(), ","), "comma-separated scenario names, played in this order")
 	strategies := fs.String("strategies", "none,sleep:30s,draingate", "comma-separated strategies, as for run")
 	fs.StringVar(&m.out, "out", "lab-matrix", "folder for scoreboard.md, scoreboard.json and each scenario's JSON and PNG (created if missing)")
+	fs.IntVar(&m.repeat, "repeat", 1, "play the scenario list this many times, each round with its own seed (rows and files named \"alb #2\", alb-2.json)")
 	seed := commonFlags(fs, &m.opts)
 	if err := parseFlags(fs, &errBuf, args, getenv, stderr, &m.opts); err != nil {
 		return nil, err
+	}
+	if m.repeat < 1 {
+		return nil, errors.New("--repeat must be at least 1")
 	}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(*scenarios, ",") {
@@ -72,9 +80,19 @@ func runMatrix(ctx context.Context, m *matrixConfig, stdout, stderr io.Writer) e
 	return withCluster(ctx, m.strategies, stderr, func(env lab.Env) error {
 		board := report.Scoreboard{TimeScale: m.opts.TimeScale}
 		start := time.Now()
-		for i, sc := range m.scenarios {
-			fmt.Fprintf(stderr, "matrix: scenario %d/%d %s%s\n", i+1, len(m.scenarios), sc.Name, eta(start, m.scenarios, i, m.opts.TimeScale))
+		var plays []lab.Scenario
+		for range m.repeat {
+			plays = append(plays, m.scenarios...)
+		}
+		for i, sc := range plays {
+			round := i/len(m.scenarios) + 1
+			name := sc.Name
+			if m.repeat > 1 {
+				name = fmt.Sprintf("%s #%d", sc.Name, round)
+			}
+			fmt.Fprintf(stderr, "matrix: scenario %d/%d %s%s\n", i+1, len(plays), name, eta(start, plays, i, m.opts.TimeScale))
 			o := m.opts
+			o.Seed += uint64(round - 1)
 			o.Scenario = sc.Scaled(o.TimeScale)
 			o.Strategies = lab.ScaleStrategies(m.strategies, o.TimeScale)
 			o.Progress = stderr
@@ -82,13 +100,18 @@ func runMatrix(ctx context.Context, m *matrixConfig, stdout, stderr io.Writer) e
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			rep.Scenario = name
 			if err != nil {
-				board.Notes = append(board.Notes, fmt.Sprintf("%s: did not complete: %v", sc.Name, err))
-				fmt.Fprintf(stderr, "matrix: scenario %s did not complete: %v\n", sc.Name, err)
+				board.Notes = append(board.Notes, fmt.Sprintf("%s: did not complete: %v", name, err))
+				fmt.Fprintf(stderr, "matrix: scenario %s did not complete: %v\n", name, err)
 			}
 			if len(rep.Strategies) > 0 {
 				board.Runs = append(board.Runs, rep)
-				if err := writeScenario(m.out, rep); err != nil {
+				file := sc.Name
+				if m.repeat > 1 {
+					file = fmt.Sprintf("%s-%d", sc.Name, round)
+				}
+				if err := writeScenario(m.out, file, rep); err != nil {
 					return err
 				}
 			}
@@ -125,8 +148,8 @@ func weight(sc lab.Scenario) time.Duration {
 	return time.Minute + sc.MaxRouteDelay() + sc.ScaleDownDelay + 3*sc.LivenessPeriod
 }
 
-func writeScenario(dir string, rep report.Report) error {
-	base := filepath.Join(dir, rep.Scenario)
+func writeScenario(dir, file string, rep report.Report) error {
+	base := filepath.Join(dir, file)
 	if err := writeFile(base+".json", rep.WriteJSON); err != nil {
 		return err
 	}
