@@ -549,11 +549,12 @@ func removeCRD(t *testing.T, ctx context.Context, c *testenv.Cluster) {
 	})
 }
 
-// TestExtraWaitFollowsTheLoadBalancerType: a new pod selected by a Service
-// whose TargetGroupBinding's load balancer type the server has not learnt
-// gets the NLB tail beyond the ALB one added to its max-wait; once the
-// poller reported the group's type (an ALB here), nothing; a pod no bound
-// Service selects, nothing.
+// TestExtraWaitFollowsTheLoadBalancerType: the server reads a group's load
+// balancer type when its TargetGroupBinding appears, before any pod of it
+// drains, so a new pod selected by the bound Service gets nothing added to
+// its max-wait (an ALB here); a pod no bound Service selects, nothing; a
+// group whose type cannot be read (a binding to a group the emulator does
+// not know) gets the NLB tail beyond the ALB one, naming the group.
 func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -561,21 +562,27 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 	tails := Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: time.Minute}
 	r := f.serveWith(ctx, Options{Tails: tails})
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
-	extra, why, err := r.srv.extraWait(ctx, newPod)
-	if err != nil || extra != tails.NLB-tails.ALB || !strings.Contains(why, f.arn) {
-		t.Errorf("type unknown: extra %s (%q, %v), want the NLB tail beyond the ALB one (%s) naming the group", extra, why, err, tails.NLB-tails.ALB)
-	}
+	waitFor(t, ctx, "the group's type learnt from its binding", func() bool {
+		extra, _, err := r.srv.extraWait(ctx, newPod)
+		return err == nil && extra == 0
+	})
 	other := newPod.DeepCopy()
 	other.Labels = map[string]string{"app": "other"}
 	if extra, _, err := r.srv.extraWait(ctx, other); err != nil || extra != 0 {
 		t.Errorf("unselected pod: extra %s (%v), want none", extra, err)
 	}
-	// A terminating pod's agent asking makes the server poll the group and
-	// learn its type.
-	f.deletePod(ctx)
-	waitFor(t, ctx, "the group's type learnt", func() bool {
-		f.ask(ctx, r, 0)
-		extra, _, err := r.srv.extraWait(ctx, newPod)
-		return err == nil && extra == 0
+
+	dyn, err := dynamic.NewForConfig(f.c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/ghost/0123456789abcdef"
+	b := lbc.Binding{Namespace: f.ns, Name: "ghost", TargetGroupARN: ghost, TargetType: "ip", ServiceName: "b", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the NLB tail for a group of unknown type", func() bool {
+		extra, why, err := r.srv.extraWait(ctx, newPod)
+		return err == nil && extra == tails.NLB-tails.ALB && strings.Contains(why, ghost)
 	})
 }

@@ -50,6 +50,75 @@ func (p *Poller) readType(ctx context.Context, g *group, now time.Time) {
 	g.setType(t, nil)
 }
 
+// typeRetryAfter is how long LearnType waits after a failed read before
+// trying again for the same ARN.
+const typeRetryAfter = time.Minute
+
+// TypeOf returns the type of the load balancer in front of arn, if the
+// poller has read it.
+func (p *Poller) TypeOf(arn string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.lbTypes[arn]
+	return t, ok
+}
+
+// LearnType reads the type of the load balancer in front of arn in the
+// background, with one DescribeTargetGroups call from the budget, unless
+// the type is known, a read is queued or in flight, or one failed less than
+// a minute ago. It never blocks: a caller that sizes something from the type
+// (the injection webhook, for a pod whose group nobody polled yet) uses its
+// default now and the type from then on. One read at a time, in the order
+// asked, so that many new groups (a server starting in a large cluster)
+// never hold more than one place in the budget's queue ahead of the
+// polls. Close ends the reads.
+func (p *Poller) LearnType(arn string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.lbTypes[arn]; ok || p.closed {
+		return
+	}
+	if retry, ok := p.learning[arn]; ok && (retry.IsZero() || time.Now().Before(retry)) {
+		return
+	}
+	p.learning[arn] = time.Time{}
+	p.toLearn = append(p.toLearn, arn)
+	if len(p.toLearn) == 1 {
+		p.wg.Add(1)
+		go p.learn()
+	}
+}
+
+// learn reads the queued types one at a time until the queue is empty.
+func (p *Poller) learn() {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		if len(p.toLearn) == 0 || p.ctx.Err() != nil {
+			p.toLearn = nil
+			p.mu.Unlock()
+			return
+		}
+		arn := p.toLearn[0]
+		p.mu.Unlock()
+
+		t, err := "", p.budget.take(p.ctx)
+		if err == nil {
+			t, err = p.describeType(p.ctx, arn)
+		}
+
+		p.mu.Lock()
+		p.toLearn = p.toLearn[1:]
+		if err != nil {
+			p.learning[arn] = time.Now().Add(typeRetryAfter)
+		} else {
+			delete(p.learning, arn)
+			p.lbTypes[arn] = t
+		}
+		p.mu.Unlock()
+	}
+}
+
 // describeType reads the type of the load balancer in front of arn.
 func (p *Poller) describeType(ctx context.Context, arn string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)

@@ -3,6 +3,7 @@ package elbv2
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -81,5 +82,70 @@ func TestTypeOf(t *testing.T) {
 		if got := typeOf(c.arns, c.protocol); got != c.want {
 			t.Errorf("typeOf(%q, %q) = %q, want %q", c.arns, c.protocol, got, c.want)
 		}
+	}
+}
+
+// LearnType reads a group's type in the background, with one call for any
+// number of askers, without polling the group; a failure is not retried
+// at once.
+func TestLearnType(t *testing.T) {
+	b := newBench(t)
+	var res results
+	p := New(b.client, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, Metrics: res.hook})
+	defer p.Close()
+	arn, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "tg-learn", LoadBalancerType: elbv2sim.Network, Port: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.TypeOf(arn); ok {
+		t.Fatal("a type known before any read")
+	}
+	for range 5 {
+		p.LearnType(arn)
+	}
+	waitFor(t, "the learnt type", func() bool { _, ok := p.TypeOf(arn); return ok })
+	if typ, _ := p.TypeOf(arn); typ != TypeNetwork {
+		t.Errorf("type %q, want %q", typ, TypeNetwork)
+	}
+	p.LearnType(arn) // known: no call
+	w := p.Watch(arn)
+	waitFor(t, "a listing", func() bool { o, ok := w.Latest(); return ok && o.LoadBalancerType == TypeNetwork })
+	w.Close()
+	// Many new groups at once: queued, each read once.
+	var more []string
+	for i := range 4 {
+		a, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: fmt.Sprintf("tg-learn-%d", i), LoadBalancerType: elbv2sim.Application, Port: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		more = append(more, a)
+		p.LearnType(a)
+		p.LearnType(a)
+	}
+	for _, a := range more {
+		waitFor(t, "the type of "+a, func() bool { typ, ok := p.TypeOf(a); return ok && typ == TypeApplication })
+	}
+	res.mu.Lock()
+	if n := res.n[DescribeTargetGroupsAction+" ok"]; n != 1+len(more) {
+		t.Errorf("%d DescribeTargetGroups calls, want one per group (%d): %v", n, 1+len(more), res.n)
+	}
+	res.mu.Unlock()
+
+	var failing results
+	q := New(onlyHealth{b.client}, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, Metrics: failing.hook})
+	defer q.Close()
+	q.LearnType(arn)
+	waitFor(t, "the failed read", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return !q.learning[arn].IsZero()
+	})
+	q.LearnType(arn) // failed less than a minute ago: not again
+	if _, ok := q.TypeOf(arn); ok {
+		t.Error("a type learnt from a failed read")
+	}
+	q.Close()
+	if calls, _ := q.Stats(); calls != 1 {
+		t.Errorf("%d calls after a failure and a second ask, want 1", calls)
 	}
 }

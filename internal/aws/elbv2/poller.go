@@ -140,20 +140,30 @@ type Poller struct {
 	groups  map[string]*group // ARN → group with waiters
 	retired map[string]*group // ARN → last group that lost its waiters
 	lbTypes map[string]string // ARN → load balancer type, once read
-	wg      sync.WaitGroup
+	// learning is LearnType's state per ARN: zero while a read is in
+	// flight, else when a failed read may be tried again.
+	learning map[string]time.Time
+	toLearn  []string // LearnType's queue, the head in flight
+	// ctx ends LearnType's reads on Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New returns a Poller that makes no calls until something is watched.
 func New(api API, cfg Config) *Poller {
 	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Poller{
-		api:     api,
-		cfg:     cfg,
-		budget:  newBudget(cfg.Rate, cfg.Burst, time.Now()),
-		backoff: backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
-		groups:  map[string]*group{},
-		retired: map[string]*group{},
-		lbTypes: map[string]string{},
+		ctx: ctx, cancel: cancel,
+		learning: map[string]time.Time{},
+		api:      api,
+		cfg:      cfg,
+		budget:   newBudget(cfg.Rate, cfg.Burst, time.Now()),
+		backoff:  backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
+		groups:   map[string]*group{},
+		retired:  map[string]*group{},
+		lbTypes:  map[string]string{},
 	}
 }
 
@@ -265,6 +275,7 @@ func (p *Poller) Close() {
 		return
 	}
 	p.closed = true
+	p.cancel()
 	groups := p.groups
 	p.groups = map[string]*group{}
 	clear(p.retired)

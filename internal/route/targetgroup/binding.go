@@ -92,6 +92,21 @@ func (s *Source) watchCRD(ctx context.Context) {
 	if err == nil {
 		_, err = inf.AddEventHandler(route.NamespaceHandler(s.changed))
 	}
+	if err == nil && s.cfg.Poller != nil {
+		// Learn each group's load balancer type as its binding appears, so
+		// that the injection webhook sizes the pods it creates from it.
+		learn := func(obj any) {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				if b := BindingFrom(u); b.TargetType != "instance" && b.ARN != "" {
+					s.cfg.Poller.LearnType(b.ARN)
+				}
+			}
+		}
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    learn,
+			UpdateFunc: func(_, obj any) { learn(obj) },
+		})
+	}
 	if err != nil {
 		s.cfg.Log.Error("TargetGroupBinding informer", "err", err)
 		return

@@ -209,7 +209,9 @@ func (s *Source) noteType(arn, lbType string) {
 // need, for the injection webhook to size the pod's deadline: the tail of
 // every `ip` binding in the pod's namespace whose Service selects the pod's
 // labels (service reads the Service). A group whose load balancer type the
-// server has not learnt yet takes the NLB tail, the longer by default. why
+// server has not learnt yet (it reads each group's type when its binding
+// appears, and here if it has not yet) takes the NLB tail, the longer by
+// default. why
 // names the group that sets it. Zero without the CRD or a binding that
 // selects the pod; the pod's routes may still change after its creation,
 // and its deadline does not follow them.
@@ -240,6 +242,13 @@ func (s *Source) PodTail(ctx context.Context, pod *corev1.Pod, service func(ctx 
 		s.mu.Lock()
 		lbType := s.types[b.ARN]
 		s.mu.Unlock()
+		if lbType == "" && s.cfg.Poller != nil {
+			if t, ok := s.cfg.Poller.TypeOf(b.ARN); ok {
+				lbType = t
+			} else {
+				s.cfg.Poller.LearnType(b.ARN)
+			}
+		}
 		if t, name := s.tail(lbType); t > tail {
 			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
 		}
