@@ -29,8 +29,10 @@ type Traffic struct {
 	Sources []SourceTraffic
 	// Unknown counts arrivals the agent could not attribute: connections
 	// that opened (the namespace's passive-open counter rose) and closed
-	// between two samples. Their port is unknown, so they count against
-	// every route. Port is zero.
+	// between two samples, whose port and source are unknown; and, when
+	// Sources is at MaxTrafficSources, the arrivals of the sources left
+	// out. The server weighs it as a source only in that second case.
+	// Port is zero.
 	Unknown SourceTraffic
 	// Gateways are the pod's default gateways (from its routing table): on
 	// bridge networks the node's side of the pod's link, where kubelet

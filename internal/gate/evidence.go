@@ -28,6 +28,12 @@ type Evidence struct {
 	// before its tail when they are as many as the arrivals it attributed
 	// (see judgeTraffic).
 	Unknown Arrivals
+	// UnknownHoldsSources says that Unknown also holds sources the agent
+	// could not list apart (a summary at its bound of sources merges the
+	// rest into it): real, attributed arrivals, possibly a load balancer
+	// node's. Unknown then weighs on every route as one more source, past
+	// the tail too.
+	UnknownHoldsSources bool
 	// Epsilon is the chance of a false quiet the server accepts per route
 	// and source: the probability that a source still sending at its
 	// fitted rate stays silent for its quiet bound. Zero takes
@@ -172,7 +178,7 @@ func chi2Lower(nu float64) float64 {
 
 // quietJudgement is a route's traffic judged against its tail.
 type quietJudgement struct {
-	sources int // sources weighed (the unknown ones count as one)
+	sources int // sources weighed (Unknown as one when it holds sources)
 	fitted  int // of which fitted
 	arrived int // their arrivals
 	// closeAt is when the route closes if nothing arrives before: the
@@ -192,8 +198,9 @@ type quietJudgement struct {
 	// addresses (probes): shown, never weighed.
 	fromNode int
 	// unknown counts the arrivals of unknown source: shown, weighed only
-	// against an early close.
-	unknown int
+	// against an early close; unknownBlocked says they blocked one.
+	unknown        int
+	unknownBlocked bool
 }
 
 // judgeTraffic weighs the evidence for a route on ports whose owner took
@@ -212,7 +219,8 @@ type quietJudgement struct {
 // when every source was fitted, and the unknown arrivals are fewer than the
 // sources' own, may that be before the tail's end. Unknown arrivals are
 // not a source (see Evidence.Unknown): they never keep a route open past
-// its tail. Every close needs evidence from at or after the close time
+// its tail, unless they hold sources the agent could not list apart
+// (Evidence.UnknownHoldsSources), which weigh as one more source. Every close needs evidence from at or after the close time
 // (fresh): at the tail's end too, so that a source sending then is seen.
 func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
 	if ev == nil || !applies {
@@ -229,7 +237,11 @@ func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time
 			j.fromNode += s.N
 		}
 	}
-	j.unknown = ev.Unknown.N
+	if ev.UnknownHoldsSources && ev.Unknown.N > 0 {
+		weigh = append(weigh, ev.Unknown)
+	} else {
+		j.unknown = ev.Unknown.N
+	}
 	// No source yet is evidence too, once it is fresh: the agent's first
 	// ask comes before the pod's traffic was watched for long, so the
 	// route closes at the tail's end only on a report from then on.
@@ -265,7 +277,9 @@ func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time
 		}
 		end = later(end, se)
 	}
-	if j.sources > 0 && j.fitted == j.sources && j.unknown < j.arrived {
+	allFitted := j.sources > 0 && j.fitted == j.sources
+	j.unknownBlocked = allFitted && j.unknown >= j.arrived
+	if allFitted && !j.unknownBlocked {
 		j.closeAt = end
 	} else {
 		j.closeAt = later(end, tailEnd)

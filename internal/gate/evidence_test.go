@@ -314,6 +314,37 @@ func TestUnknownArrivals(t *testing.T) {
 			t.Errorf("closed at %v by %q (%s), want at the tail's end %v by the tail: %s", at, a.Route.ClosedBy, a.Why, outSince.Add(tail), a.Route.Detail)
 		}
 	})
+	t.Run("exactly as many as the attributed ones", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(13, 10))
+		known := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		same := make([]time.Time, len(known.times))
+		for i, at := range known.times {
+			same[i] = at.Add(time.Millisecond)
+		}
+		at, a := closeTime(tgOut(tail), outSince, outSince, until, 100*time.Millisecond, 0, same, known)
+		if !at.Equal(outSince.Add(tail)) || a.Route.ClosedBy != api.ClosedByTail {
+			t.Errorf("closed at %v by %q, want at the tail's end %v by the tail: %s", at, a.Route.ClosedBy, outSince.Add(tail), a.Route.Detail)
+		}
+	})
+	t.Run("holding sources the agent could not list", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(14, 10))
+		known := poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		merged := poisson(rng, "0.0.0.0", 5, t0, outSince.Add(2*tail)).times
+		last := merged[len(merged)-1]
+		var closed time.Time
+		var detail string
+		for now := outSince; !now.After(until); now = now.Add(100 * time.Millisecond) {
+			ev := evidenceAt(now, 0, merged, known)
+			ev.UnknownHoldsSources = true
+			if a := Assess(now, tgOut(tail), outSince, ev); a.Phase == PhaseClosed {
+				closed, detail = now, a.Route.Detail
+				break
+			}
+		}
+		if closed.IsZero() || closed.Before(last) {
+			t.Errorf("closed at %v, want after the merged sources' last arrival %v: %s", closed, last, detail)
+		}
+	})
 	t.Run("alone", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(12, 10))
 		checks := poisson(rng, "0.0.0.0", 3, t0, until).times

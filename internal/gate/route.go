@@ -204,7 +204,7 @@ func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, 
 		r.ClosedBy = api.ClosedByTail
 		r.Detail = what + ": closed at the tail's end, nothing having arrived on its ports"
 		why = fmt.Sprintf("its %s tail (%s; no traffic on its ports)", o.TailName, max(o.Tail, 0))
-	case j.fitted == j.sources:
+	case j.unknownBlocked:
 		r.ClosedBy = api.ClosedByTail
 		r.Detail = what + ": closed at the tail's end (as many arrivals of unknown source as attributed ones: the evidence does not shorten the tail)"
 		why = fmt.Sprintf("its %s tail (%s; too many arrivals of unknown source)", o.TailName, max(o.Tail, 0))

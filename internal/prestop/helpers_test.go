@@ -112,6 +112,7 @@ func waiting(hold bool) reply {
 		Pod: "web-0", Namespace: "shop", UID: testUID,
 		Routes: []api.Route{
 			{Kind: "endpointslice", Name: "web-x7k2p", State: "closed", Detail: "closed long ago"},
+			{Kind: "targetgroup", Name: "tg-other", State: "ignored", Detail: "never registered"},
 			{Kind: "targetgroup", Name: "tg-web", State: "draining", Detail: "the target is draining; a source sent after the tail's end"},
 		},
 	}}

@@ -255,14 +255,15 @@ func summary(v *api.Verdict) string {
 
 // openDetails says, for a verdict that did not release, why each open
 // route was open as the server put it: "; open: targetgroup/arn: the
-// target is draining since ...". Empty without a verdict or details.
+// target is draining since ...". Closed routes and those the gate ignored
+// (never the pod's) are left out. Empty without a verdict or details.
 func openDetails(v *api.Verdict) string {
 	if v == nil {
 		return ""
 	}
 	var s string
 	for _, r := range v.Routes {
-		if r.State != "closed" && r.Detail != "" {
+		if r.State != "closed" && r.State != "ignored" && r.Detail != "" {
 			s += "; open: " + r.Kind + "/" + r.Name + ": " + r.Detail
 		}
 	}

@@ -385,3 +385,24 @@ func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
 		}
 	})
 }
+
+// TestClassifyFullSummary: a summary at its bound of sources merged the
+// agent's others into Unknown, which then holds sources; below the bound
+// Unknown holds only what no sample saw.
+func TestClassifyFullSummary(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{Status: corev1.PodStatus{HostIP: "10.0.0.9"}}
+	summary := func(n int) *api.Traffic {
+		tr := &api.Traffic{Unknown: api.SourceTraffic{Arrivals: 3, Last: []time.Duration{time.Second}}}
+		for i := range n {
+			tr.Sources = append(tr.Sources, api.SourceTraffic{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Port: 8080, Arrivals: 1, Last: []time.Duration{time.Second}})
+		}
+		return tr
+	}
+	if ev := classify(summary(api.MaxTrafficSources-1), now, pod, 0); ev.UnknownHoldsSources {
+		t.Error("a summary below its bound: Unknown said to hold sources")
+	}
+	if ev := classify(summary(api.MaxTrafficSources), now, pod, 0); !ev.UnknownHoldsSources {
+		t.Error("a summary at its bound: Unknown not said to hold sources")
+	}
+}

@@ -562,10 +562,15 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 	tails := Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: time.Minute}
 	r := f.serveWith(ctx, Options{Tails: tails})
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
-	waitFor(t, ctx, "the group's type learnt from its binding", func() bool {
-		extra, _, err := r.srv.extraWait(ctx, newPod)
-		return err == nil && extra == 0
+	// Nothing asks for the group (no webhook call, no pod draining): the
+	// binding's appearance alone has its type read.
+	waitFor(t, ctx, "the group's type read from its binding", func() bool {
+		typ, ok := r.srv.poller.TypeOf(f.arn)
+		return ok && typ == elbv2.TypeApplication
 	})
+	if extra, why, err := r.srv.extraWait(ctx, newPod); err != nil || extra != 0 {
+		t.Errorf("an ALB's pod: extra %s (%q, %v), want none", extra, why, err)
+	}
 	other := newPod.DeepCopy()
 	other.Labels = map[string]string{"app": "other"}
 	if extra, _, err := r.srv.extraWait(ctx, other); err != nil || extra != 0 {

@@ -103,7 +103,10 @@ func classify(t *api.Traffic, now time.Time, pod *corev1.Pod, epsilon float64) *
 	if a, err := netip.ParseAddr(pod.Status.HostIP); err == nil {
 		node[a.Unmap()] = true
 	}
-	ev := &gate.Evidence{At: now, Epsilon: epsilon, Unknown: arrivalsAt(t.Unknown, now)}
+	ev := &gate.Evidence{At: now, Epsilon: epsilon, Unknown: arrivalsAt(t.Unknown, now),
+		// A summary at its bound merged the agent's other sources into
+		// Unknown.
+		UnknownHoldsSources: len(t.Sources) >= api.MaxTrafficSources}
 	for _, s := range t.Sources {
 		c := gate.ClassRemote
 		if node[s.Addr] {

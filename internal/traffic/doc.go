@@ -62,8 +62,10 @@
 // than the passive opens the sample saw (new sockets on a listening port,
 // in-pod ones included, and the client ends of in-pod connections whose
 // server end is gone), the difference counts as that many arrivals in
-// Traffic.Unknown at the sample's time, the latest possible. Their port is
-// unknown, so the server counts them against every route. When the counter
+// Traffic.Unknown at the sample's time, the latest possible. Their port and
+// source are unknown (mostly the node's probes and load balancer health
+// checks, closed by the prober first), so the server never lets them alone
+// hold a route past its tail. When the counter
 // cannot be read, none are counted (PassiveOpensErr says why).
 //
 // # Summary and bounds
@@ -74,7 +76,8 @@
 // watched since the baseline. It lists at most api.MaxTrafficSources
 // sources, those with the most arrivals (ties: the most recent last
 // arrival, then the lower address and port); the arrivals of the sources
-// left out go to Unknown, so that a quiet-looking summary never hides a
+// left out go to Unknown, and the server, seeing the summary at its bound,
+// weighs Unknown as one more source: a quiet-looking summary never hides a
 // recent arrival. Memory stays bounded: connections are forgotten once gone,
 // and after maxKeys sources, a new source's arrivals go to Unknown.
 //

@@ -12,8 +12,9 @@ import (
 
 const (
 	// maxKeys bounds how many sources (remote address, local port) a
-	// Watcher keeps apart; a new source past it counts in Unknown, which
-	// the server holds against every route.
+	// Watcher keeps apart; a new source past it counts in Unknown (the
+	// summary is then at its bound of sources, and the server weighs
+	// Unknown as one more source on every route).
 	maxKeys = 4096
 	// maxArrivals is where a count stops growing: ParseTraffic takes no
 	// more, and no watch of minutes comes near it.
@@ -446,8 +447,9 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	for i, s := range srcs {
 		r := w.keys[s]
 		if i >= api.MaxTrafficSources {
-			// Left out of the summary but not of the evidence: the
-			// server holds Unknown against every route.
+			// Left out of the summary but not of the evidence: with
+			// the summary at its bound, the server weighs Unknown as
+			// one more source on every route.
 			unknown.merge(r)
 			continue
 		}

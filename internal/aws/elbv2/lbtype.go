@@ -89,24 +89,21 @@ func (p *Poller) LearnType(arn string) {
 	}
 }
 
-// learn reads the queued types one at a time until the queue is empty.
+// learn reads the queued types one at a time until the queue is empty. The
+// queue's head stays in it while read, and the decision to stop is taken
+// under the same lock as the head's removal, so that LearnType starts a
+// new reader exactly when none is left.
 func (p *Poller) learn() {
 	defer p.wg.Done()
-	for {
-		p.mu.Lock()
-		if len(p.toLearn) == 0 || p.ctx.Err() != nil {
-			p.toLearn = nil
-			p.mu.Unlock()
-			return
-		}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.toLearn) > 0 && p.ctx.Err() == nil {
 		arn := p.toLearn[0]
 		p.mu.Unlock()
-
 		t, err := "", p.budget.take(p.ctx)
 		if err == nil {
 			t, err = p.describeType(p.ctx, arn)
 		}
-
 		p.mu.Lock()
 		p.toLearn = p.toLearn[1:]
 		if err != nil {
@@ -115,8 +112,8 @@ func (p *Poller) learn() {
 			delete(p.learning, arn)
 			p.lbTypes[arn] = t
 		}
-		p.mu.Unlock()
 	}
+	p.toLearn = nil
 }
 
 // describeType reads the type of the load balancer in front of arn.

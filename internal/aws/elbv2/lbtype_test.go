@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	elbtypes "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
@@ -147,5 +149,98 @@ func TestLearnType(t *testing.T) {
 	q.Close()
 	if calls, _ := q.Stats(); calls != 1 {
 		t.Errorf("%d calls after a failure and a second ask, want 1", calls)
+	}
+}
+
+// LearnType called from many goroutines while reads finish (the binding
+// informer and the webhook do): every group's type is read, each once, and
+// Close ends a read in flight.
+func TestLearnTypeConcurrent(t *testing.T) {
+	b := newBench(t)
+	var res results
+	p := New(b.client, Config{Rate: 1000, Burst: 100, Interval: 10 * time.Millisecond, Metrics: res.hook})
+	var arns []string
+	for i := range 40 {
+		a, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: fmt.Sprintf("tg-many-%d", i), LoadBalancerType: elbv2sim.Application, Port: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		arns = append(arns, a)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range arns {
+				p.LearnType(arns[(i*(w+1))%len(arns)])
+				if i%3 == w%3 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, a := range arns {
+		waitFor(t, "the type of "+a, func() bool { _, ok := p.TypeOf(a); return ok })
+	}
+	res.mu.Lock()
+	if n := res.n[DescribeTargetGroupsAction+" ok"]; n != len(arns) {
+		t.Errorf("%d DescribeTargetGroups calls, want one per group (%d)", n, len(arns))
+	}
+	res.mu.Unlock()
+
+	// A read waiting on an empty budget when the poller closes.
+	q := New(b.client, Config{Rate: 0.001, Burst: 1, Interval: 10 * time.Millisecond})
+	q.LearnType(arns[0])
+	q.LearnType(arns[1])
+	done := make(chan struct{})
+	go func() { q.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the reads in flight")
+	}
+	p.Close()
+}
+
+// instantTypes answers DescribeTargetGroups at once, without the network:
+// only for stressing LearnType's queue, where the emulator's round trips
+// would hide the interleavings.
+type instantTypes struct{ API }
+
+func (instantTypes) DescribeTargetGroups(_ context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, _ ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error) {
+	return &elasticloadbalancingv2.DescribeTargetGroupsOutput{TargetGroups: []elbtypes.TargetGroup{{TargetGroupArn: &in.TargetGroupArns[0], Protocol: elbtypes.ProtocolEnumHttp}}}, nil
+}
+
+// TestLearnTypeQueueStress: askers racing the reader's end of queue start
+// at most one reader, lose no group and never leave one "in flight".
+func TestLearnTypeQueueStress(t *testing.T) {
+	p := New(instantTypes{}, Config{Rate: 1e9, Burst: 1 << 30})
+	defer p.Close()
+	const askers, each = 4, 2000
+	var wg sync.WaitGroup
+	for g := range askers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				p.LearnType(fmt.Sprintf("arn-%d-%d", g, i))
+				if i%3 == 0 {
+					time.Sleep(time.Duration(i*7919%50) * time.Microsecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "every type", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.lbTypes) == askers*each
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.learning) != 0 || len(p.toLearn) != 0 {
+		t.Errorf("%d groups still marked as being read, %d queued", len(p.learning), len(p.toLearn))
 	}
 }
