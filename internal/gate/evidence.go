@@ -220,8 +220,9 @@ type quietJudgement struct {
 // sources' own, may that be before the tail's end. Unknown arrivals are
 // not a source (see Evidence.Unknown): they never keep a route open past
 // its tail, unless they hold sources the agent could not list apart
-// (Evidence.UnknownHoldsSources), which weigh as one more source. Every close needs evidence from at or after the close time
-// (fresh): at the tail's end too, so that a source sending then is seen.
+// (Evidence.UnknownHoldsSources), which weigh as one more source. Every
+// close needs evidence from at or after the close time (fresh): at the
+// tail's end too, so that a source sending then is seen.
 func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement, ok bool) {
 	if ev == nil || !applies {
 		return j, false
