@@ -114,13 +114,8 @@ func TestLearnType(t *testing.T) {
 	waitFor(t, "a listing", func() bool { o, ok := w.Latest(); return ok && o.LoadBalancerType == TypeNetwork })
 	w.Close()
 	// Many new groups at once: queued, each read once.
-	var more []string
-	for i := range 4 {
-		a, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: fmt.Sprintf("tg-learn-%d", i), LoadBalancerType: elbv2sim.Application, Port: 80})
-		if err != nil {
-			t.Fatal(err)
-		}
-		more = append(more, a)
+	more := albGroups(t, b, "tg-learn", 4)
+	for _, a := range more {
 		p.LearnType(a)
 		p.LearnType(a)
 	}
@@ -159,14 +154,7 @@ func TestLearnTypeConcurrent(t *testing.T) {
 	b := newBench(t)
 	var res results
 	p := New(b.client, Config{Rate: 1000, Burst: 100, Interval: 10 * time.Millisecond, Metrics: res.hook})
-	var arns []string
-	for i := range 40 {
-		a, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: fmt.Sprintf("tg-many-%d", i), LoadBalancerType: elbv2sim.Application, Port: 80})
-		if err != nil {
-			t.Fatal(err)
-		}
-		arns = append(arns, a)
-	}
+	arns := albGroups(t, b, "tg-many", 40)
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
@@ -194,14 +182,23 @@ func TestLearnTypeConcurrent(t *testing.T) {
 	q := New(b.client, Config{Rate: 0.001, Burst: 1, Interval: 10 * time.Millisecond})
 	q.LearnType(arns[0])
 	q.LearnType(arns[1])
-	done := make(chan struct{})
-	go func() { q.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end the reads in flight")
-	}
+	q.Close() // returns only once the read waiting on the budget ended
 	p.Close()
+}
+
+// albGroups creates n ALB target groups in the bench's emulator, named
+// prefix-0, prefix-1, ...
+func albGroups(t *testing.T, b *bench, prefix string, n int) []string {
+	t.Helper()
+	var arns []string
+	for i := range n {
+		a, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: fmt.Sprintf("%s-%d", prefix, i), LoadBalancerType: elbv2sim.Application, Port: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		arns = append(arns, a)
+	}
+	return arns
 }
 
 // instantTypes answers DescribeTargetGroups at once, without the network:
