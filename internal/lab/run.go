@@ -291,12 +291,17 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d",
 			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed))
 	}
+	res.NoTarget = int(ds.NoTarget)
 	r.measure(&res, pods, lb)
 	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
 	if st.Gate {
 		res.GateELBv2Calls = diffCounts(byBefore[gateAccessKey], r.emu.CallsBy()[gateAccessKey])
 	}
-	r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
+	if res.NoTarget > 0 {
+		r.progress(st, "done: %d requests, %d failed (%d answered by a load balancer node with no target in rotation)", res.Requests, res.Failed, res.NoTarget)
+	} else {
+		r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
+	}
 	return res, nil
 }
 

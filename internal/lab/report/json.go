@@ -23,6 +23,7 @@ type jsonStrategy struct {
 	Name           string         `json:"name"`
 	Requests       int            `json:"requests"`
 	Failed         int            `json:"failed"`
+	NoTarget       int            `json:"no_target"`
 	FailureRate    float64        `json:"failure_rate"`
 	TerminationP50 *float64       `json:"termination_p50_s"`
 	TerminationP99 *float64       `json:"termination_p99_s"`
@@ -73,7 +74,7 @@ type jsonPodNode struct {
 // WriteJSON writes the report as one indented JSON object:
 //
 //	{"scenario", "time_scale", "replicas", "rollouts", "rps",
-//	 "strategies": [{"name", "requests", "failed", "failure_rate",
+//	 "strategies": [{"name", "requests", "failed", "no_target", "failure_rate",
 //	   "termination_p50_s", "termination_p99_s", "restart_p50_s",
 //	   "slack_p50_s", "slack_min_s", "after_sigterm",
 //	   "elbv2_calls": {action: calls}, "gate_elbv2_calls": {action: calls},
@@ -85,7 +86,8 @@ type jsonPodNode struct {
 //	     "sources": {address: requests}}]}],
 //	 "notes": [...]}
 //
-// failure_rate is a fraction (0..1, 0 with no requests). Durations are
+// no_target is the part of failed that load balancer nodes answered with
+// no target in their rotation. failure_rate is a fraction (0..1, 0 with no requests). Durations are
 // seconds as floats, as measured (not rescaled by time_scale), and null when
 // there is no sample. A strategy's after_sigterm is the total over its pods
 // and nodes, null when it has no pods; a pod's is the total over its nodes.
@@ -108,7 +110,7 @@ func (r Report) jsonReport() jsonReport {
 	}
 	for _, s := range r.Strategies {
 		js := jsonStrategy{
-			Name: s.Name, Requests: s.Requests, Failed: s.Failed,
+			Name: s.Name, Requests: s.Requests, Failed: s.Failed, NoTarget: s.NoTarget,
 			FailureRate:    s.FailureRate(),
 			ELBv2Calls:     copyCounts(s.ELBv2Calls),
 			GateELBv2Calls: copyCounts(s.GateELBv2Calls),

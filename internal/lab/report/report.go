@@ -13,6 +13,11 @@ import (
 type Strategy struct {
 	Name             string
 	Requests, Failed int
+	// NoTarget is the part of Failed that load balancer nodes answered
+	// themselves, with no target in their rotation (a node that learnt
+	// the old targets' removal before the new ones'): no pod saw those
+	// requests, whatever the strategy did.
+	NoTarget int
 	// Terminations are per pod: deletion seen → container exit.
 	Terminations []time.Duration
 	// Slacks are per pod: SIGTERM time − the time the data plane stopped

@@ -224,7 +224,7 @@ func TestWriteJSON(t *testing.T) {
 		t.Fatalf("strategies = %v", doc["strategies"])
 	}
 	keys := []string{"after_sigterm", "elbv2_calls", "failed", "failure_rate", "gate_elbv2_calls", "name",
-		"pods", "releases", "requests", "restart_p50_s", "slack_min_s", "slack_p50_s",
+		"no_target", "pods", "releases", "requests", "restart_p50_s", "slack_min_s", "slack_p50_s",
 		"termination_p50_s", "termination_p99_s"}
 	for _, e := range strategies {
 		s := e.(map[string]any)

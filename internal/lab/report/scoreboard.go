@@ -49,6 +49,7 @@ func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 	}
 	sb.WriteString("\nterm: pod deletion seen -> container exit. restart: first failed liveness probe -> container restart seen. " +
 		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation). " +
+		"failed: no target: answered 503 by a load balancer node whose rotation was empty (it learnt the old targets' removal before the new ones'), never sent to a pod. " +
 		"after SIGTERM: requests load balancer nodes sent pods at or after their SIGTERM. " +
 		"released by: how each pod's preStop agent let it go. " +
 		"routes closed by: what closed the pods' target group routes, the traffic evidence (with the quiet bound's p50) or the tail. " +
@@ -85,11 +86,15 @@ func (s Strategy) closesCell() string {
 	return out
 }
 
-// failedCell is the failed count with its rate, e.g. "314 (6.56%)"; just
-// the count when there were no requests to take a rate of.
+// failedCell is the failed count with its rate, e.g. "314 (6.56%)", and
+// how many of them no pod saw ("64 (0.31%; 64 no target)"); just the count
+// when there were no requests to take a rate of.
 func failedCell(s Strategy) string {
 	if s.Requests == 0 {
 		return fmt.Sprint(s.Failed)
+	}
+	if s.NoTarget > 0 {
+		return fmt.Sprintf("%d (%s%%; %d no target)", s.Failed, percent(s.Failed, s.Requests), s.NoTarget)
 	}
 	return fmt.Sprintf("%d (%s%%)", s.Failed, percent(s.Failed, s.Requests))
 }

@@ -35,7 +35,7 @@ func (r Report) WriteTable(w io.Writer) error {
 		sp50, okS := s.SlackP50()
 		smin, okM := s.SlackMin()
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			s.Name, s.Requests, s.Failed, percent(s.Failed, s.Requests),
+			s.Name, s.Requests, s.Failed, percentNoTarget(s),
 			seconds(tp50, ok50), seconds(tp99, ok99), seconds(rp50, okR),
 			seconds(sp50, okS), seconds(smin, okM), count(s.AfterSIGTERM()),
 			counts(s.Releases), counts(s.GateELBv2Calls))
@@ -52,6 +52,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	b.WriteString("\n" +
 		"termination: pod deletion seen -> container exit. restart: first failed liveness probe -> container restart seen.\n" +
 		"slack: SIGTERM - data plane stopped sending the pod new requests (negative: SIGTERM while still in rotation).\n" +
+		"failed %: with \"N no target\", N of them answered 503 by a load balancer node whose rotation was empty, never sent to a pod.\n" +
 		"after SIGTERM: requests load balancer nodes sent pods at or after their SIGTERM (they fail unless the app still accepts).\n" +
 		"released by: how each pod's preStop agent let it go (the gate's reason; max-wait: the agent's own deadline; fallback: no gate server answered).\n" +
 		"draingate ELBv2: draingate's own ELBv2 calls per action; every caller's (controller included) are listed below the table when there are any.\n")
@@ -244,4 +245,14 @@ func counts(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", a, m[a]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// percentNoTarget is the failure rate, with how many failures no pod saw
+// ("0.31 (64 no target)").
+func percentNoTarget(s Strategy) string {
+	p := percent(s.Failed, s.Requests)
+	if s.NoTarget > 0 {
+		p += fmt.Sprintf(" (%d no target)", s.NoTarget)
+	}
+	return p
 }

@@ -115,6 +115,7 @@ func mergeStats(all ...Stats) Stats {
 		sum.Total += s.Total
 		sum.Failed += s.Failed
 		sum.Aborted += s.Aborted
+		sum.NoTarget += s.NoTarget
 		for code, n := range s.ByStatus {
 			sum.ByStatus[code] += n
 		}

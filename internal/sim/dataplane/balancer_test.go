@@ -151,7 +151,7 @@ func TestBalancerStatsSumNodes(t *testing.T) {
 	}
 
 	st := b.Stats()
-	if st.Total != 6 || st.Failed != 1 || st.ByStatus[http.StatusOK] != 5 || st.ByStatus[http.StatusServiceUnavailable] != 1 {
+	if st.Total != 6 || st.Failed != 1 || st.NoTarget != 1 || st.ByStatus[http.StatusOK] != 5 || st.ByStatus[http.StatusServiceUnavailable] != 1 {
 		t.Errorf("stats = %+v; want 6 requests: 5 200s and one failed 503", st)
 	}
 	first, last := nodes[0].Stats().ByTarget[tg], nodes[1].Stats().ByTarget[tg]
@@ -163,16 +163,16 @@ func TestBalancerStatsSumNodes(t *testing.T) {
 func TestMergeStats(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	a := Stats{Total: 3, Failed: 1, Aborted: 1, ByStatus: map[int]int64{200: 2, 502: 1}, ByTarget: map[Target]TargetStats{
+	a := Stats{Total: 3, Failed: 1, Aborted: 1, NoTarget: 1, ByStatus: map[int]int64{200: 2, 502: 1}, ByTarget: map[Target]TargetStats{
 		targetA: {Requests: 2, Failed: 1, First: at(5), Last: at(9)},
 		targetB: {Requests: 1, First: at(1), Last: at(1)},
 	}}
-	b := Stats{Total: 4, Failed: 2, ByStatus: map[int]int64{200: 2, 503: 2}, ByTarget: map[Target]TargetStats{
+	b := Stats{Total: 4, Failed: 2, NoTarget: 2, ByStatus: map[int]int64{200: 2, 503: 2}, ByTarget: map[Target]TargetStats{
 		targetA: {Requests: 2, First: at(3), Last: at(7)},
 	}}
 	got := mergeStats(a, b)
-	if got.Total != 7 || got.Failed != 3 || got.Aborted != 1 {
-		t.Errorf("totals = %d/%d/%d; want 7 total, 3 failed, 1 aborted", got.Total, got.Failed, got.Aborted)
+	if got.Total != 7 || got.Failed != 3 || got.Aborted != 1 || got.NoTarget != 3 {
+		t.Errorf("totals = %d/%d/%d/%d; want 7 total, 3 failed, 1 aborted, 3 with no target", got.Total, got.Failed, got.Aborted, got.NoTarget)
 	}
 	if len(got.ByStatus) != 3 || got.ByStatus[200] != 4 || got.ByStatus[502] != 1 || got.ByStatus[503] != 2 {
 		t.Errorf("ByStatus = %v; want 200:4 502:1 503:2", got.ByStatus)

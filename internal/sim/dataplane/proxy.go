@@ -53,7 +53,11 @@ type Stats struct {
 	Failed int64
 	// Aborted counts responses cut off after their status line because the
 	// target broke the connection mid-body.
-	Aborted  int64
+	Aborted int64
+	// NoTarget counts the 503s the proxy answered itself because its
+	// rotation was empty: a node that learnt the old targets' removal
+	// before the new ones' arrival. No pod saw those requests.
+	NoTarget int64
 	ByStatus map[int]int64
 	// ByTarget holds only requests that were routed to a target.
 	ByTarget map[Target]TargetStats
@@ -224,6 +228,7 @@ func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
 		s.Aborted++
 	}
 	if t == nil {
+		s.NoTarget++
 		return
 	}
 	p.picks[*t] = append(p.picks[*t], pickedAt)

@@ -140,8 +140,21 @@ func TestNoTargetInRotationAnswers503(t *testing.T) {
 	}
 
 	st := p.Stats()
-	if st.Total != 2 || st.Failed != 2 || st.ByStatus[http.StatusServiceUnavailable] != 2 || len(st.ByTarget) != 0 {
-		t.Errorf("stats = %+v; want 2 requests, 2 failed 503s, none routed", st)
+	if st.Total != 2 || st.Failed != 2 || st.NoTarget != 2 || st.ByStatus[http.StatusServiceUnavailable] != 2 || len(st.ByTarget) != 0 {
+		t.Errorf("stats = %+v; want 2 requests, 2 failed 503s with no target, none routed", st)
+	}
+
+	// A target's own 503 is a failure, not one of the proxy's "no target".
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(busy.Close)
+	healthy(t, p, targetOf(t, busy.URL))
+	rec = httptest.NewRecorder()
+	p.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	st = p.Stats()
+	if rec.Code != http.StatusServiceUnavailable || st.Failed != 3 || st.NoTarget != 2 || len(st.ByTarget) != 1 {
+		t.Errorf("after the target's own 503: %d, stats %+v; want 3 failed, still 2 with no target", rec.Code, st)
 	}
 }
 
