@@ -23,8 +23,8 @@ go vet ./...
 # Compile every test binary first, in parallel, so -p 1 only serialises runs.
 go test -short -count=1 -run '^$' ./... >/dev/null
 # Short fuzzing of the parsers that face untrusted input.
-go test -run '^$' -fuzz '^FuzzParseDrainRequest$' -fuzztime 10s ./api/
-go test -run '^$' -fuzz '^FuzzParseTraffic$' -fuzztime 10s ./api/
-go test -run '^$' -fuzz '^FuzzParseDump$' -fuzztime 10s ./internal/traffic/
-go test -run '^$' -fuzz '^FuzzHandler$' -fuzztime 10s ./internal/inject/
+go test -run '^$' -fuzz '^FuzzParseDrainRequest$' -fuzztime 10s -fuzzminimizetime 1s ./api/
+go test -run '^$' -fuzz '^FuzzParseTraffic$' -fuzztime 10s -fuzzminimizetime 1s ./api/
+go test -run '^$' -fuzz '^FuzzParseDump$' -fuzztime 10s -fuzzminimizetime 1s ./internal/traffic/
+go test -run '^$' -fuzz '^FuzzHandler$' -fuzztime 10s -fuzzminimizetime 1s ./internal/inject/
 go test -p 1 -count=1 -timeout 60m "$@" ./...

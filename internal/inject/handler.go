@@ -159,6 +159,11 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 	if len(req.Object.Raw) == 0 {
 		return allowed(warnPrefix + "not injected: the admission request carries no pod"), nil
 	}
+	if v, costly := costlyQuantity(req.Object.Raw); costly {
+		err := errCostlyQuantity(v)
+		log.Warn("pod not decoded", "error", err)
+		return allowed(warnPrefix + "not injected: " + err.Error()), nil
+	}
 	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
 		log.Warn("pod did not decode", "error", err)
 		return allowed(warnPrefix + "not injected: the pod did not decode: " + short(err)), nil

@@ -441,6 +441,8 @@ func FuzzHandler(f *testing.F) {
 	}))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"spec":{"containers":[{"name":"a","ports":[{"containerPort":1}],"lifecycle":{"preStop":{"httpGet":{"port":"x"}}}}]}}}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"object":{"metadata":{"annotations":{"draingate.dev/max-wait":"1e9h"}},"spec":{"containers":[{"name":"a","ports":[{"containerPort":80}],"resources":{"limits":{"cpu":"1e999"}}}]}}}}`))
+	// Parsing this quantity never ended (found by this target).
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","kind":{"version":"v1","kind":"Pod"},"resource":{"version":"v1","resource":"pods"},"object":{"spec":{"containers":[{"name":"a","ports":[{"containerPort":80}],"resources":{"limits":{"cpu":"1e2147483648"}}}]}}}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":5}}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`null`))

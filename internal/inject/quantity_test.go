@@ -1,0 +1,90 @@
+package inject
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func TestQuantityTooCostly(t *testing.T) {
+	for s, want := range map[string]bool{
+		"":                             false,
+		"100m":                         false,
+		"1e3":                          false,
+		"1E-9999":                      false,
+		"-1.5e+0009999":                false, // leading zeros do not count
+		"9223372036854775807":          false,
+		"1e10000":                      true,
+		"1e-3000000":                   true,
+		"1e2147483648":                 true,
+		".5E-12345":                    true,
+		strings.Repeat("9", 64):        false,
+		strings.Repeat("9", 65):        true,
+		strings.Repeat("9", 65) + "Mi": true,
+		"1.2.3e99999":                  false, // not a number
+		"e99999":                       false,
+		"1e99999x":                     false, // not a decimal exponent
+		"v1e99999":                     false,
+		"1Ei":                          false,
+	} {
+		if got := quantityTooCostly(s); got != want {
+			t.Errorf("quantityTooCostly(%.30q) = %t, want %t", s, got, want)
+		}
+	}
+}
+
+// TestHandlerRefusesCostlyQuantities: a pod whose resource quantity would
+// take the quantity parser forever ("1e2147483648", found by FuzzHandler:
+// the handler then never answered) or a long while is admitted at once,
+// not injected, with a warning that says why; as a string or as a JSON
+// number, in any field.
+func TestHandlerRefusesCostlyQuantities(t *testing.T) {
+	pod := with(func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7")}
+	})
+	body := reviewBody(t, pod, nil)
+	if !bytes.Contains(body, []byte(`"cpu":"7"`)) {
+		t.Fatalf("no cpu limit to replace in %s", body)
+	}
+	h := newTestHandler(optedIn(), testSettings())
+	for _, v := range []string{`"1e2147483648"`, `1e2147483648`, `"1e-3000000"`, `"` + strings.Repeat("1", 100000) + `"`} {
+		b := bytes.Replace(body, []byte(`"cpu":"7"`), []byte(`"cpu":`+v), 1)
+		resp := answer(t, post(h, b), "admission.k8s.io/v1")
+		noPatch(t, resp)
+		wantWarning(t, resp.Warnings, "not injected", "resource quantity")
+	}
+	// The same pod with its real quantity is injected.
+	if resp := answer(t, post(h, body), "admission.k8s.io/v1"); resp.Patch == nil {
+		t.Errorf("the pod with cpu 7 was not injected: %q", resp.Warnings)
+	}
+}
+
+// BenchmarkHandler is the handler's cost per review: a Deployment's pod,
+// and one near the largest review it reads whole (MaxReviewBytes, mostly
+// environment variables); both injected.
+func BenchmarkHandler(b *testing.B) {
+	h := newTestHandler(optedIn(), testSettings())
+	typical := reviewBody(b, webPod(), nil)
+	big := with(func(p *corev1.Pod) {
+		c := &p.Spec.Containers[0]
+		for len(c.Env)*80 < MaxReviewBytes-64<<10 {
+			c.Env = append(c.Env, corev1.EnvVar{Name: "V", Value: strings.Repeat("x", 50)})
+		}
+	})
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{{"typical", typical}, {"max", reviewBody(b, big, nil)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.body)))
+			for b.Loop() {
+				if rec := post(h, bc.body); rec.Code != 200 {
+					b.Fatalf("status %d", rec.Code)
+				}
+			}
+		})
+	}
+}
