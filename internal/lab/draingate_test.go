@@ -108,6 +108,7 @@ func TestReleaseReason(t *testing.T) {
 	for _, c := range []struct{ line, want string }{
 		{"draingate-prestop: released after 21.6s: drained (endpointslice/lab/web closed, targetgroup/arn closed): released: all 2 routes closed", "drained"},
 		{"draingate-prestop: released after 0s: no-routes (): released: no route holds the pod", "no-routes"},
+		{"draingate-prestop: released after 12ms: not-terminating (): the pod is not being deleted (the API server confirms it)", "not-terminating"},
 		{"draingate-prestop: released after 1m25s: deadline (targetgroup/arn draining): released at the deadline", "deadline"},
 		{"draingate-prestop: deadline reached after 1m30s, not released (last verdict: not-terminating ())", "max-wait"},
 		{"draingate-prestop: no gate server answered in 30s (12 asks, last error: refused); waited fallback 30s", "fallback"},

@@ -192,6 +192,11 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 				if len(s.Restarts) != 1 {
 					t.Errorf("restart delays measured: %v, want one", s.Restarts)
 				}
+				// A liveness restart deletes nothing: the gate releases
+				// the agent at once, once the API server confirms it.
+				if s.Releases["not-terminating"] != 1 {
+					t.Errorf("restart released by %v, want not-terminating", s.Releases)
+				}
 			} else if len(s.Terminations) != replicas {
 				t.Errorf("terminations measured: %d, want %d", len(s.Terminations), replicas)
 			}

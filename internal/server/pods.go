@@ -26,6 +26,10 @@ type pods struct {
 	// get reads a pod from the cache (an apierrors NotFound when absent).
 	// The pod may be shared with the cache: read it, never change it.
 	get func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// live, when set, reads a pod from the API server itself (a
+	// consistent read): it confirms that a pod the cache sees as not
+	// terminating really is not, before the agent is let go.
+	live func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	// reserve is taken off the pod's deletionTimestamp for its deadline.
 	reserve time.Duration
 	// linger is how long a pod counts as waiting after its agent last

@@ -406,3 +406,48 @@ func TestClassifyFullSummary(t *testing.T) {
 		t.Error("a summary at its bound: Unknown not said to hold sources")
 	}
 }
+
+// A pod that is not terminating (its container restarts after a failed
+// liveness probe) is released at once when the API server confirms it; a
+// cache that is behind a deletion the API server already has, a read that
+// fails or another incarnation under the name keep it asking.
+func TestPodsNotTerminatingConfirmed(t *testing.T) {
+	r := newRig()
+	r.put("u1", false)
+	live := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1"}}
+	var liveErr error
+	reads := 0
+	r.live = func(_ context.Context, ns, name string) (*corev1.Pod, error) {
+		reads++
+		if ns != "shop" || name != "web" {
+			t.Errorf("live read of %s/%s", ns, name)
+		}
+		return live.DeepCopy(), liveErr
+	}
+	v := r.ask(t, "u1")
+	if !v.Released || v.Reason != api.ReasonNotTerminating || !strings.Contains(v.Message, "API server confirms") || reads != 1 {
+		t.Fatalf("confirmed not terminating: %+v after %d reads; want released, not-terminating", v, reads)
+	}
+	if r.state() != nil {
+		t.Error("a pod that is not terminating is tracked")
+	}
+
+	live.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if v := r.ask(t, "u1"); v.Released || !strings.Contains(v.Message, "waiting for the cache") {
+		t.Errorf("the API server has the deletion, the cache not yet: %+v; want held", v)
+	}
+	live.DeletionTimestamp, live.UID = nil, "u2"
+	if v := r.ask(t, "u1"); v.Released {
+		t.Errorf("another incarnation in the API server: %+v; want held", v)
+	}
+	live.UID, liveErr = "u1", errors.New("etcd is slow")
+	if v := r.ask(t, "u1"); v.Released || !strings.Contains(v.Message, "etcd is slow") {
+		t.Errorf("failed read: %+v; want held, saying why", v)
+	}
+	// A terminating pod is never read live: the gate decides.
+	liveErr, reads = nil, 0
+	r.put("u1", true)
+	if v := r.ask(t, "u1"); v.Reason == api.ReasonNotTerminating || reads != 0 {
+		t.Errorf("terminating: %+v after %d live reads; want the gate's verdict, no read", v, reads)
+	}
+}

@@ -191,6 +191,9 @@ func New(o Options) (*Server, error) {
 		pod := &corev1.Pod{}
 		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
 	}
+	p.live = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	}
 	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log, released: s.metrics.released}
 	p.tracked = s.metrics.setTracked
 	p.ready = s.ready

@@ -37,6 +37,7 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	now := p.now()
 	if pod.DeletionTimestamp == nil {
 		v, _ := gate.Step(now, p.gatePod(pod), gate.Memory{}, nil)
+		p.confirmNotTerminating(ctx, pod, &v)
 		return v, nil
 	}
 	p.mu.Lock()
@@ -63,6 +64,36 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	}
 	p.events.noteLocked(pod, st, v)
 	return v, nil
+}
+
+// liveReadTimeout bounds confirmNotTerminating's read.
+const liveReadTimeout = 5 * time.Second
+
+// confirmNotTerminating releases the agent of a pod that is not being
+// deleted: its preStop hook runs because its container stops for another
+// reason (a failed liveness probe, an eviction, a node's graceful
+// shutdown), and holding it would only delay the restart or eat the time
+// the kubelet gives the app. The cache may be behind a deletion the
+// kubelet already acts on, so the release needs the API server's own word
+// (a consistent read); a read that fails or shows a deletion (or another
+// incarnation) leaves v as it is, and the agent asks again.
+func (p *pods) confirmNotTerminating(ctx context.Context, cached *corev1.Pod, v *api.Verdict) {
+	if p.live == nil || v.Released || v.Reason != api.ReasonNotTerminating {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, liveReadTimeout)
+	defer cancel()
+	pod, err := p.live(rctx, cached.Namespace, cached.Name)
+	switch {
+	case err != nil:
+		v.Message += fmt.Sprintf("; the API server could not confirm it (%s): asking again", api.OneLine(err.Error()))
+	case pod.UID != cached.UID || pod.DeletionTimestamp != nil:
+		v.Message += "; the API server already says otherwise: waiting for the cache"
+	default:
+		v.Released = true
+		v.Message = "the pod is not being deleted (the API server confirms it): its container stops for another reason " +
+			"(a failed liveness probe, an eviction, a node shutdown), with no deletion for the load balancers to follow: released at once"
+	}
 }
 
 // Changed implements waitapi.Gate.
