@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -367,7 +368,7 @@ func (s *Source) tail(lbType string) (time.Duration, string) {
 func TargetPorts(targets map[elbv2.Target]elbv2.Health, ips []string) []uint16 {
 	var ports []uint16
 	for t := range targets {
-		if t.Port > 0 && t.Port <= 65535 && slices.Contains(ips, t.ID) {
+		if t.Port > 0 && t.Port <= 65535 && slices.ContainsFunc(ips, func(ip string) bool { return SameIP(t.ID, ip) }) {
 			ports = append(ports, uint16(t.Port))
 		}
 	}
@@ -382,7 +383,7 @@ func TargetOf(targets map[elbv2.Target]elbv2.Health, ips []string) (state, reaso
 	best := -1
 	for t, h := range targets {
 		for _, ip := range ips {
-			if t.ID != ip {
+			if !SameIP(t.ID, ip) {
 				continue
 			}
 			r := 2
@@ -398,4 +399,18 @@ func TargetOf(targets map[elbv2.Target]elbv2.Health, ips []string) (state, reaso
 		}
 	}
 	return state, reason
+}
+
+// SameIP reports whether a target's Id and a pod IP name the same address:
+// an IPv6 address has many spellings ("2001:db8::a" and
+// "2001:0db8:0:0:0:0:0:000a"), and an IPv4 one may come IPv4-mapped
+// ("::ffff:10.0.0.1"). Ids that are not addresses (instance ids) match
+// only themselves.
+func SameIP(id, ip string) bool {
+	if id == ip {
+		return true
+	}
+	a, errA := netip.ParseAddr(id)
+	b, errB := netip.ParseAddr(ip)
+	return errA == nil && errB == nil && a.Unmap().WithZone("") == b.Unmap().WithZone("")
 }

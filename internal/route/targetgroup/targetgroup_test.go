@@ -108,6 +108,37 @@ func TestTargetPorts(t *testing.T) {
 	}
 }
 
+// A target's Id and the pod's IP may spell one address differently (IPv6
+// forms, IPv4-mapped): the pod's target is found all the same.
+func TestTargetIDsCompareAsAddresses(t *testing.T) {
+	targets := map[elbv2.Target]elbv2.Health{
+		{ID: "2001:0db8:0000:0000:0000:0000:0000:000a", Port: 8080}: {State: "draining"},
+		{ID: "::ffff:10.0.0.1", Port: 80}:                           {State: "healthy"},
+		{ID: "i-0123456789abcdef0", Port: 80}:                       {State: "healthy"},
+	}
+	if s, _ := TargetOf(targets, []string{"2001:db8::a"}); s != "draining" {
+		t.Errorf("IPv6 target in another spelling: state %q, want draining", s)
+	}
+	if got := TargetPorts(targets, []string{"10.0.0.1", "2001:db8::a"}); !slices.Equal(got, []uint16{80, 8080}) {
+		t.Errorf("TargetPorts = %v, want [80 8080]", got)
+	}
+	for _, c := range []struct {
+		id, ip string
+		want   bool
+	}{
+		{"10.0.0.1", "10.0.0.1", true},
+		{"2001:DB8::A", "2001:db8::a", true},
+		{"10.0.0.1", "10.0.0.10", false},
+		{"i-0123456789abcdef0", "i-0123456789abcdef0", true},
+		{"i-0123456789abcdef0", "10.0.0.1", false},
+		{"", "", true},
+	} {
+		if got := SameIP(c.id, c.ip); got != c.want {
+			t.Errorf("SameIP(%q, %q) = %t, want %t", c.id, c.ip, got, c.want)
+		}
+	}
+}
+
 func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	b := lbc.Binding{Namespace: "ns", Name: "web", TargetGroupARN: "arn:tg", TargetType: "ip", ServiceName: "a", ServicePort: intstr.FromInt32(80)}.Object()
 	b.Object["status"] = map[string]any{"observedGeneration": int64(3)}
