@@ -94,7 +94,12 @@ func (f *serveFlags) validate() error {
 	errs := []error{
 		cli.Positive("--poll-interval", f.pollInterval), cli.Positive("--max-wait", f.maxWait),
 		cli.NotNegative("--tail-endpointslice", f.tailSlice), cli.NotNegative("--tail-alb", f.tailALB),
-		cli.NotNegative("--tail-nlb", f.tailNLB), cli.NotNegative("--shutdown-reserve", f.reserve),
+		cli.NotNegative("--tail-nlb", f.tailNLB), cli.Positive("--shutdown-reserve", f.reserve),
+	}
+	// Options read zero as "the default": say so rather than run with
+	// what the flags did not ask for.
+	if f.tailSlice == 0 && f.tailALB == 0 && f.tailNLB == 0 {
+		errs = append(errs, errors.New("--tail-endpointslice, --tail-alb and --tail-nlb are all zero: every route would close the moment its owner took the pod out, which no load balancer does; give at least one a length (a zero tail is fine for one or two kinds)"))
 	}
 	if f.rate <= 0 || f.rate > 100 {
 		errs = append(errs, fmt.Errorf("--aws-rate must be in (0, 100] calls/s, got %s", strconv.FormatFloat(f.rate, 'g', -1, 64)))

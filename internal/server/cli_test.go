@@ -42,6 +42,8 @@ func TestServeBadInput(t *testing.T) {
 		{[]string{"--aws-burst=0"}, nil, "--aws-burst must be at least 1"},
 		{[]string{"--tail-alb=-1s"}, nil, "--tail-alb must not be negative"},
 		{[]string{"--poll-interval=0s"}, nil, "--poll-interval must be positive"},
+		{[]string{"--shutdown-reserve=0s"}, nil, "--shutdown-reserve must be positive"},
+		{[]string{"--tail-endpointslice=0s", "--tail-alb=0s", "--tail-nlb=0s"}, nil, "are all zero"},
 		{[]string{"--log-format=xml"}, nil, "--log-format must be text or json"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"--bogus"}, nil, "flag provided but not defined: -bogus"},

@@ -45,11 +45,13 @@ type Options struct {
 	// Poller sizes the target-health poller (rate budget, interval). Its
 	// Metrics field is set by the server.
 	Poller elbv2.Config
-	// Tails per route kind (DefaultTails when all zero).
+	// Tails per route kind (DefaultTails when all zero: the command line
+	// refuses all-zero tails rather than have them replaced).
 	Tails Tails
 	// ShutdownReserve is the part of a pod's grace period left to the app
-	// after a deadline release (default 5 s): the server releases a pod at
-	// its deletionTimestamp minus this, whatever its routes say.
+	// after a deadline release (default 5 s, also when zero: the command
+	// line refuses zero): the server releases a pod at its
+	// deletionTimestamp minus this, whatever its routes say.
 	ShutdownReserve time.Duration
 	// MaxWait caps one long-poll (default 30 s).
 	MaxWait time.Duration
