@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"maps"
 	"net"
 	"net/http"
 	"testing"
@@ -85,6 +86,21 @@ func TestRenewLifecycle(t *testing.T) {
 	other := &Certs{Namespace: "draingate-system", Service: "gate", Now: c.Now}
 	if _, changed, _ := other.renew(rotated); !changed {
 		t.Errorf("a certificate for another Service name was kept")
+	}
+	// A serving key that is not the certificate's (a hand-edited Secret):
+	// TLS would refuse the pair for good, so both are replaced.
+	mismatched := maps.Clone(rotated)
+	mismatched[KeyKey] = old[KeyKey]
+	if fixed, changed, err := c.renew(mismatched); err != nil || !changed || bytes.Equal(fixed[KeyKey], old[KeyKey]) {
+		t.Errorf("serving key of another certificate: changed %v, err %v; want a new pair", changed, err)
+	} else if _, err := tls.X509KeyPair(fixed[KeyCert], fixed[KeyKey]); err != nil || verify(t, fixed, "draingate", now) != nil {
+		t.Errorf("the new pair: %v", err)
+	}
+	// The same for the CA: a new CA, whose certificates verify.
+	mismatched = maps.Clone(rotated)
+	mismatched[KeyCAKey] = old[KeyKey]
+	if fixed, changed, err := c.renew(mismatched); err != nil || !changed || bytes.Equal(fixed[KeyCAKey], old[KeyKey]) || verify(t, fixed, "draingate", now) != nil {
+		t.Errorf("CA key of another certificate: changed %v, err %v; want a new CA", changed, err)
 	}
 	// Garbage in the Secret is replaced, not fatal.
 	if fixed, changed, err := c.renew(map[string][]byte{KeyCert: []byte("junk"), KeyCACert: []byte("junk")}); err != nil || !changed || verify(t, fixed, "draingate", now) != nil {

@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"time"
 )
@@ -58,7 +60,9 @@ func (c *Certs) newServing(now time.Time, ca *x509.Certificate, caKey any) (cert
 }
 
 // parsePair reads the first certificate of certPEM and, when keyPEM is
-// given, its private key.
+// given, its private key, which must be the certificate's: a pair that
+// does not match is as good as none (TLS refuses it; a CA key that is not
+// the CA's signs certificates nobody trusts), so renew replaces it.
 func parsePair(certPEM, keyPEM []byte) (*x509.Certificate, any, error) {
 	b, _ := pem.Decode(certPEM)
 	if b == nil {
@@ -73,7 +77,17 @@ func parsePair(certPEM, keyPEM []byte) (*x509.Certificate, any, error) {
 		return nil, nil, errors.New("no key")
 	}
 	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	return cert, key, err
+	if err != nil {
+		return nil, nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("a %T key cannot sign", key)
+	}
+	if pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(cert.PublicKey) {
+		return nil, nil, errors.New("the key does not match the certificate")
+	}
+	return cert, key, nil
 }
 
 func encodeCert(c *x509.Certificate) []byte {
