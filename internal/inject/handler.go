@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -73,6 +75,26 @@ type Handler struct {
 	// still wins. An error is logged and the pod gets Settings.MaxWait: a
 	// lookup never fails an admission.
 	ExtraWait func(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
+
+	// NotInjected, when set before serving, is told of every pod CREATE
+	// admitted with a "not injected" warning. The warning goes back to
+	// whoever created the pod, which for a Deployment's pods is the
+	// ReplicaSet controller, and it drops warnings: this is how the
+	// server makes them seen (a metric, an Event on the pod's owner).
+	NotInjected func(ctx context.Context, n NotInjected)
+}
+
+// NotInjected is one pod admitted without the agent although it may have
+// wanted it.
+type NotInjected struct {
+	// Namespace, and Name or GenerateName, name the pod (a ReplicaSet's
+	// pods have only a GenerateName at admission).
+	Namespace, Name, GenerateName string
+	// Owner is the pod's controller (a ReplicaSet, a StatefulSet...), nil
+	// when it has none or its metadata did not decode.
+	Owner *metav1.OwnerReference
+	// Why is the warning, without the "draingate: not injected: " prefix.
+	Why string
 }
 
 // httpError is an answer that is not an AdmissionReview.
@@ -143,6 +165,7 @@ func (h *Handler) review(ctx context.Context, body []byte) (*admissionv1.Admissi
 	if failure != nil {
 		return nil, failure
 	}
+	h.tellNotInjected(ctx, req, out.Warnings)
 	out.UID = req.UID
 	return &admissionv1.AdmissionReview{TypeMeta: reviewType(in.APIVersion), Response: out}, nil
 }
@@ -283,4 +306,36 @@ func allow(apiVersion string, uid types.UID, warnings ...string) *admissionv1.Ad
 	resp := allowed(warnings...)
 	resp.UID = uid
 	return &admissionv1.AdmissionReview{TypeMeta: reviewType(apiVersion), Response: resp}
+}
+
+// tellNotInjected calls NotInjected for the first "not injected" warning in
+// warnings, with what the pod's metadata says of it. The metadata decodes
+// on its own (no resource quantities in it), so a pod that did not decode
+// whole still names its owner.
+func (h *Handler) tellNotInjected(ctx context.Context, req *admissionv1.AdmissionRequest, warnings []string) {
+	if h.NotInjected == nil {
+		return
+	}
+	i := slices.IndexFunc(warnings, func(w string) bool { return strings.HasPrefix(w, notInjectedPrefix) })
+	if i < 0 {
+		return
+	}
+	n := NotInjected{Namespace: req.Namespace, Name: req.Name, Why: strings.TrimPrefix(warnings[i], notInjectedPrefix)}
+	var obj struct {
+		Metadata struct {
+			Name, Namespace, GenerateName string
+			OwnerReferences               []metav1.OwnerReference
+		}
+	}
+	if json.Unmarshal(req.Object.Raw, &obj) == nil {
+		m := obj.Metadata
+		n.Name, n.Namespace, n.GenerateName = cmp.Or(n.Name, m.Name), cmp.Or(n.Namespace, m.Namespace), m.GenerateName
+		for _, o := range m.OwnerReferences {
+			if o.Controller != nil && *o.Controller {
+				n.Owner = &o
+				break
+			}
+		}
+	}
+	h.NotInjected(ctx, n)
 }

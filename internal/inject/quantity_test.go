@@ -2,6 +2,7 @@ package inject
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -86,5 +87,37 @@ func BenchmarkHandler(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// NotInjected hears of every opted-in pod admitted without the agent, with
+// its controller and why (the ReplicaSet controller that created it drops
+// the warning); of no pod injected or not opted in.
+func TestHandlerTellsNotInjected(t *testing.T) {
+	var told []NotInjected
+	hd := NewHandler(func() Settings { return testSettings() }, optedIn().lookup, nil)
+	hd.NotInjected = func(_ context.Context, n NotInjected) { told = append(told, n) }
+
+	body := reviewBody(t, webPod(), nil)
+	answer(t, post(hd, body), "admission.k8s.io/v1")
+	if len(told) != 0 {
+		t.Fatalf("an injected pod was reported not injected: %+v", told)
+	}
+	hd.nsLabels = (&fakeNamespaces{}).lookup // the namespace opts nothing in
+	answer(t, post(hd, body), "admission.k8s.io/v1")
+	if len(told) != 0 {
+		t.Fatalf("a pod not opted in was reported: %+v", told)
+	}
+	hd.nsLabels = optedIn().lookup
+	bad := bytes.Replace(body, []byte(`"containers":[`), []byte(`"overhead":{"cpu":"1e2147483648"},"containers":[`), 1)
+	resp := answer(t, post(hd, bad), "admission.k8s.io/v1")
+	wantWarning(t, resp.Warnings, "not injected")
+	if len(told) != 1 {
+		t.Fatalf("told %+v, want the one pod", told)
+	}
+	n := told[0]
+	if n.Namespace != testNS || n.GenerateName != "web-7d9c6b5f4-" || n.Owner == nil || n.Owner.Kind != "ReplicaSet" || n.Owner.Name != "web-7d9c6b5f4" ||
+		!strings.Contains(n.Why, "resource quantity") || strings.HasPrefix(n.Why, "draingate:") {
+		t.Errorf("told %+v (owner %+v); want the ReplicaSet web-7d9c6b5f4 in %s and why, unprefixed", n, n.Owner, testNS)
 	}
 }

@@ -15,6 +15,9 @@ const (
 	EventWaitStarted = "DrainWaitStarted"
 	EventReleased    = "DrainReleased"
 	EventDeadline    = "DrainDeadline"
+	// EventNotInjected is on a pod's owner (or its namespace): the webhook
+	// admitted the pod without the agent.
+	EventNotInjected = "DraingateNotInjected"
 )
 
 // events tells the pod's Events and the log when its wait starts and when

@@ -17,6 +17,9 @@ type metrics struct {
 	tracked prometheus.Gauge
 	closes  *prometheus.CounterVec
 	saved   prometheus.Counter
+	// notInjected counts pods the webhook admitted with a "not injected"
+	// warning (registered with the webhook).
+	notInjected prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -37,6 +40,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		saved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "draingate_traffic_saved_seconds_total",
 			Help: "Seconds of waiting that traffic evidence saved: for each pod released drained, how much later its routes' tails alone would have released it.",
+		}),
+		notInjected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draingate_webhook_not_injected_total",
+			Help: "Pods the webhook admitted without the agent, with a warning saying why (also an Event on the pod's owner, or its namespace): the warning itself reaches only whoever created the pod, and a ReplicaSet controller drops it.",
 		}),
 	}
 	reg.MustRegister(m.calls, m.tracked, m.closes, m.saved,

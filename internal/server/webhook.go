@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,6 +90,13 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	if s.targets != nil {
 		h.ExtraWait = s.extraWait
 	}
+	s.o.Registry.MustRegister(s.metrics.notInjected)
+	rec := s.events.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "draingate-webhook"})
+	h.NotInjected = func(_ context.Context, n inject.NotInjected) {
+		s.metrics.notInjected.Inc()
+		ref, what := notInjectedRef(n)
+		rec.Eventf(ref, corev1.EventTypeWarning, EventNotInjected, "%s admitted without draingate's agent: %s", what, n.Why)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-pods", h)
 	ln := tls.NewListener(w.Listener, &tls.Config{GetCertificate: w.Certs.GetCertificate, MinVersion: tls.VersionTLS12})
@@ -121,4 +129,18 @@ func (s *Server) namespaceLabels(ctx context.Context, ns string) (map[string]str
 		return nil, fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	return m.Labels, nil
+}
+
+// notInjectedRef is where a not-injected pod's Event goes, and how it names
+// the pod: on its controller (a ReplicaSet, whose pods are gone or renamed
+// by the time anybody looks), else on its namespace.
+func notInjectedRef(n inject.NotInjected) (*corev1.ObjectReference, string) {
+	what := "pod " + n.Namespace + "/" + n.Name
+	if n.Name == "" {
+		what = "a pod " + n.Namespace + "/" + n.GenerateName + "*"
+	}
+	if o := n.Owner; o != nil {
+		return &corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Namespace: n.Namespace}, what
+	}
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: n.Namespace}, what
 }
