@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -348,6 +349,65 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 	}
 	if n := counter(t, r.reg, "draingate_waits_total", map[string]string{"outcome": "drained"}); n != 1 {
 		t.Errorf("draingate_waits_total{drained} = %v, want 1", n)
+	}
+}
+
+// TestBlueGreenRouteLearntFromTheGroup: the Services switch to other pods
+// (a blue/green switch), the controller deregisters the pod's target, and
+// the pod is deleted a moment later. No Service lists it any more, but its
+// target is still draining in the group, where the load balancer may still
+// send to it: the group is its route, held for the tail, never "no routes".
+func TestBlueGreenRouteLearntFromTheGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	r := f.serve(ctx)
+	for _, name := range []string{"a", "b"} {
+		svc, err := f.c.Client.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Selector = map[string]string{"app": "green"}
+		if _, err := f.c.Client.CoreV1().Services(f.ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.emu.DeregisterTargets(f.arn, f.target); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "no Service's slices list the pod", func() bool {
+		l, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, sl := range l.Items {
+			for _, e := range sl.Endpoints {
+				if slices.Contains(e.Addresses, f.pod.Status.PodIP) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	f.deletePod(ctx)
+	group := "targetgroup " + f.arn
+	var v api.Verdict
+	waitFor(t, ctx, "the target group route draining", func() bool {
+		v = f.ask(ctx, r, 0)
+		if v.Released {
+			t.Fatalf("released before the group was read: %s (%s)", v.Reason, v.Message)
+		}
+		return routeStates(v)[group].State == "draining"
+	})
+	for !v.Released {
+		v = f.ask(ctx, r, 20*time.Second)
+	}
+	g := routeStates(v)[group]
+	if v.Reason != api.ReasonDrained || g.State != gate.StateClosed || g.TailEnds == nil {
+		t.Errorf("released %s (%s) with the group %q: want drained after its tail", v.Reason, v.Message, g.State)
+	}
+	if n := len(v.Routes); n != 1 {
+		t.Errorf("routes %+v: want the target group alone (no Service lists the pod)", v.Routes)
 	}
 }
 

@@ -93,6 +93,10 @@ type Source struct {
 	// types are the load balancer types the poller reported, by ARN, kept
 	// for PodTail (a new pod's groups are not polled yet).
 	types map[string]string
+	// routes are the groups seen as each pod's route: one stays a route
+	// once its listing drops the target (its deregistration delay ended)
+	// and no Service lists the pod.
+	routes map[route.PodKey]map[string]bool
 }
 
 // New returns a source; Start starts it.
@@ -104,7 +108,7 @@ func New(cfg Config) *Source {
 		cfg.Log = slog.Default()
 	}
 	cfg.Tails.ALB, cfg.Tails.NLB = max(cfg.Tails.ALB, 0), max(cfg.Tails.NLB, 0)
-	return &Source{cfg: cfg, waiters: map[route.PodKey]map[string]*elbv2.Waiter{}}
+	return &Source{cfg: cfg, waiters: map[route.PodKey]map[string]*elbv2.Waiter{}, routes: map[route.PodKey]map[string]bool{}}
 }
 
 // Kind implements route.Source.
@@ -131,16 +135,26 @@ func (s *Source) Ready() error {
 	return nil
 }
 
-// Observe implements route.Source: one route per `ip` binding whose
-// Service lists the pod, and per ARN in known. A binding without
-// targetType (the controller's webhook normally fills it in) counts as
-// `ip`: waiting for a group that never held the pod costs time, missing one
-// that does costs requests. While waiting, each group is polled.
+// Observe implements route.Source: one observation per `ip` binding in the
+// pod's namespace and per ARN in known. A binding without targetType (the
+// controller's webhook normally fills it in) counts as `ip`: waiting for a
+// group that never held the pod costs time, missing one that does costs
+// requests. While waiting, each group is polled.
+//
+// A group is the pod's route when its binding's Service lists the pod, when
+// its listing holds the pod's target (in any state: a pod that left its
+// Service shortly before its deletion, as in a blue/green switch, is still
+// draining there while its load balancer sends to it, and a restarted
+// server finds it so), or when it was already the pod's route here. Any
+// other group of the namespace is reported NotRoute once its listing shows
+// no target of the pod; until then it is a route not synced yet, which
+// holds the pod for one poll.
 func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
 	arns := map[string]bool{}
 	for _, a := range known {
 		arns[a] = true
 	}
+	served := map[string]bool{} // groups whose Service lists the pod
 	if s.synced.Load() {
 		listed, err := s.cfg.Slices.Endpoints(ctx, pod)
 		if err != nil {
@@ -156,8 +170,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 			if b.TargetType == "instance" || b.ARN == "" {
 				continue
 			}
+			arns[b.ARN] = true
 			if _, ok := listed[pod.Namespace+"/"+b.Service]; ok {
-				arns[b.ARN] = true
+				served[b.ARN] = true
 			}
 		}
 	}
@@ -179,7 +194,11 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 		var o gate.Observation
 		if ok {
 			state, reason := TargetOf(obs.Targets, ips)
-			o = s.Judge(state, reason, obs.LoadBalancerType, true)
+			registered := served[arn] || state != "" || s.wasRoute(key, arn)
+			if registered {
+				s.noteRoute(key, arn)
+			}
+			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic = true
 		} else {
@@ -279,12 +298,30 @@ func (s *Source) waiter(key route.PodKey, arn string, waiting bool) *elbv2.Waite
 	return w
 }
 
+// wasRoute says whether arn was seen as the pod's route.
+func (s *Source) wasRoute(key route.PodKey, arn string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.routes[key][arn]
+}
+
+// noteRoute remembers arn as the pod's route until Forget.
+func (s *Source) noteRoute(key route.PodKey, arn string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.routes[key] == nil {
+		s.routes[key] = map[string]bool{}
+	}
+	s.routes[key][arn] = true
+}
+
 // Forget implements route.Source: the pod's groups stop being polled for
 // it.
 func (s *Source) Forget(pod route.PodKey) {
 	s.mu.Lock()
 	ws := s.waiters[pod]
 	delete(s.waiters, pod)
+	delete(s.routes, pod)
 	s.mu.Unlock()
 	for _, w := range ws {
 		go w.Close() // Close waits for the group's goroutine: never under a caller's lock.
