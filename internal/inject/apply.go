@@ -51,6 +51,17 @@ func (p *plan) apply(pod *corev1.Pod, s Settings) {
 	pod.Annotations[AnnotationInjected] = s.Version
 }
 
+// applyAdded gates the containers planAdded picked, in a pod whose volume
+// and installer are there already.
+func (p *plan) applyAdded(pod *corev1.Pod, s Settings) {
+	for _, g := range p.gated {
+		p.gate(&pod.Spec.Containers[g.index], g.hook, s)
+	}
+	if p.grace != nil {
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(*p.grace)
+	}
+}
+
 // gate makes c run the agent as its preStop hook.
 func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeName, MountPath: mountDir(s), ReadOnly: true})

@@ -38,8 +38,13 @@ func Wanted(pod *corev1.Pod, nsLabels map[string]string, s Settings) bool {
 // Mutate returns pod with draingate's agent injected, and warnings for the
 // user. It does no I/O and never changes pod: when it injects, out is a
 // copy; when it does not, out is pod itself, and the warnings say why where
-// the user has something to fix. Opted-out pods, already injected pods and
-// pods in s.ServerNamespace come back as they are, without a warning.
+// the user has something to fix. Opted-out pods and pods in
+// s.ServerNamespace come back as they are, without a warning.
+//
+// A pod injected before (the API server calls the webhook again when a
+// later webhook changed the pod) gets only its containers added since
+// gated: a mesh proxy that receives the pod's traffic must not stop at
+// SIGTERM while the app waits. See planAdded.
 //
 // err is only for what no pod could fix: bad Settings or a nil pod.
 func Mutate(pod *corev1.Pod, s Settings) (out *corev1.Pod, warnings []string, err error) {
@@ -53,6 +58,15 @@ func Mutate(pod *corev1.Pod, s Settings) (out *corev1.Pod, warnings []string, er
 	if !applies(pod, s) {
 		return pod, nil, nil
 	}
+	if _, done := pod.Annotations[AnnotationInjected]; done {
+		p, warnings := planAdded(pod, s)
+		if p == nil {
+			return pod, warnings, nil
+		}
+		out = pod.DeepCopy()
+		p.applyAdded(out, s)
+		return out, warnings, nil
+	}
 	p, warnings := planPod(pod, s)
 	if p == nil {
 		return pod, warnings, nil
@@ -62,16 +76,105 @@ func Mutate(pod *corev1.Pod, s Settings) (out *corev1.Pod, warnings []string, er
 	return out, warnings, nil
 }
 
-// applies rules out pods Mutate leaves alone without a word: the user (or
-// an earlier Mutate) already decided.
+// applies rules out pods Mutate leaves alone without a word: the user
+// already decided.
 func applies(pod *corev1.Pod, s Settings) bool {
 	if pod.Labels[LabelInject] == Disabled {
 		return false
 	}
-	if _, done := pod.Annotations[AnnotationInjected]; done {
-		return false
-	}
 	return s.ServerNamespace == "" || pod.Namespace != s.ServerNamespace
+}
+
+// planAdded plans, for a pod injected before, the gating of the containers
+// the pod's rules pick (named in draingate.dev/containers, else those with
+// ports) that do not run the agent yet: containers a later webhook added.
+// They wait exactly as the containers gated first (the same max-wait and
+// fallback, read from their hooks), each then running its own original
+// hook; the volume, the installer and the annotation are there already.
+// Nil without a word when no container is new, or when no container runs
+// the agent (the annotation alone is not injection draingate made).
+func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
+	idx, problems := gatedIndexes(pod)
+	var fresh []int
+	var first *agentArgs
+	for _, i := range idx {
+		if a, ok := agentCommand(&pod.Spec.Containers[i]); ok {
+			if first == nil {
+				first = &a
+			}
+			continue
+		}
+		fresh = append(fresh, i)
+	}
+	if first == nil {
+		for i := range pod.Spec.Containers {
+			if a, ok := agentCommand(&pod.Spec.Containers[i]); ok {
+				first = &a
+				break
+			}
+		}
+	}
+	if len(fresh) == 0 || first == nil {
+		return nil, nil
+	}
+	t, ps := podTimings(pod, s)
+	problems = append(problems, ps...)
+	t.maxWait, t.fallback = first.maxWait, first.fallback
+	p := &plan{t: t, log: first.log}
+	var notes []string
+	for _, i := range fresh {
+		c := &pod.Spec.Containers[i]
+		hook, problem := translateHook(c)
+		if problem != "" {
+			problems = append(problems, problem)
+		}
+		if hook.warning != "" {
+			notes = append(notes, warnPrefix+hook.warning)
+		}
+		problems = append(problems, containerConflicts(c, s)...)
+		p.gated = append(p.gated, gatedContainer{index: i, hook: hook})
+	}
+	if len(problems) > 0 {
+		for i, pr := range problems {
+			problems[i] = notInjectedPrefix + "the containers added after injection are not gated: " + pr
+		}
+		return nil, problems
+	}
+	p.grace = graceFor(pod.Spec.TerminationGracePeriodSeconds, t, p.gated)
+	return p, notes
+}
+
+// agentArgs are the flags an injected agent hook waits with.
+type agentArgs struct {
+	maxWait, fallback time.Duration
+	log               bool
+}
+
+// agentCommand reads c's preStop hook when it runs the agent (as either
+// injection mode installs it), with its flags.
+func agentCommand(c *corev1.Container) (agentArgs, bool) {
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
+		return agentArgs{}, false
+	}
+	cmd := c.Lifecycle.PreStop.Exec.Command
+	if len(cmd) < 2 || cmd[1] != "wait" || cmd[0] != AgentDir+"/"+agentFile && cmd[0] != ImageDir+agentInImage {
+		return agentArgs{}, false
+	}
+	var a agentArgs
+	var okWait, okFallback bool
+	for i := 2; i < len(cmd) && cmd[i] != "--"; i++ {
+		switch {
+		case cmd[i] == "--log":
+			a.log = true
+		case cmd[i] == "--max-wait" && i+1 < len(cmd):
+			d, err := time.ParseDuration(cmd[i+1])
+			a.maxWait, okWait = d, err == nil
+		case cmd[i] == "--fallback" && i+1 < len(cmd):
+			d, err := time.ParseDuration(cmd[i+1])
+			a.fallback, okFallback = d, err == nil
+		}
+	}
+	return a, okWait && okFallback
 }
 
 // plan is everything decided about one pod before any of it is changed, so

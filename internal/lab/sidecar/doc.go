@@ -4,11 +4,12 @@
 // Meshes inject their proxy with a mutating webhook of their own, which the
 // API server may call after draingate's; the proxy then receives the pod's
 // traffic and, like Envoy not told to drain, stops accepting new
-// connections as soon as it gets SIGTERM. draingate's webhook, called again
-// because its reinvocationPolicy is IfNeeded, finds the pod already
-// injected and leaves the new container alone, so the proxy has no preStop
-// wait: while the agent holds the app until the load balancers have let
-// the pod go, the proxy in front of it already refuses them.
+// connections as soon as it gets SIGTERM. Unless draingate's webhook,
+// called again because its reinvocationPolicy is IfNeeded, gates the new
+// container too, the proxy has no preStop wait: while the agent holds the
+// app until the load balancers have let the pod go, the proxy in front of
+// it already refuses them. (draingate gates containers added later since
+// this scenario showed it failing.)
 //
 // It has two halves:
 //   - Proxy (and Main, run by the demo app's binary as

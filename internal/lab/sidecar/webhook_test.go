@@ -130,16 +130,22 @@ func TestMutateLabPod(t *testing.T) {
 	}
 }
 
-// The scenario's premise: draingate's webhook, reinvoked after the
-// sidecar's, finds the pod injected and leaves the proxy without a wait.
-func TestDraingateReinvokedLeavesTheProxyUngated(t *testing.T) {
+// The scenario's premise, and what draingate does about it: its webhook,
+// reinvoked after the sidecar's, gates the proxy it finds added, so the
+// proxy keeps accepting until the pod is released.
+func TestDraingateReinvokedGatesTheProxy(t *testing.T) {
 	out := Mutate(drainGated(t), Options{Image: image})
-	again, _, err := inject.Mutate(out, gateSettings())
-	if err != nil || again != out {
-		t.Fatalf("draingate's reinvocation changed the pod (err %v)", err)
-	}
 	if out.Spec.Containers[1].Lifecycle != nil {
-		t.Error("the proxy has a lifecycle hook")
+		t.Fatal("the sidecar's webhook gave the proxy a lifecycle hook")
+	}
+	again, _, err := inject.Mutate(out, gateSettings())
+	if err != nil || again == out {
+		t.Fatalf("draingate's reinvocation left the pod as it was (err %v)", err)
+	}
+	proxy := again.Spec.Containers[1]
+	if proxy.Lifecycle == nil || proxy.Lifecycle.PreStop == nil || proxy.Lifecycle.PreStop.Exec == nil ||
+		!slices.Equal(proxy.Lifecycle.PreStop.Exec.Command[:2], again.Spec.Containers[0].Lifecycle.PreStop.Exec.Command[:2]) {
+		t.Errorf("the proxy's hook %+v: want the agent's wait, as the app has", proxy.Lifecycle)
 	}
 }
 
