@@ -77,9 +77,17 @@ func execHook(c *corev1.Container, e *corev1.ExecAction) (original, string) {
 	return original{then: then}, ""
 }
 
+// maxSleepSecs bounds a sleep hook: ten years, far past any grace period,
+// far below what a time.Duration holds (292 years).
+const maxSleepSecs = 10 * 365 * 24 * 3600
+
 func sleepHook(c *corev1.Container, s *corev1.SleepAction) (original, string) {
 	if s.Seconds < 0 {
 		return original{}, fmt.Sprintf("container %q: its preStop sleep of %d seconds is negative", c.Name, s.Seconds)
+	}
+	if s.Seconds > maxSleepSecs {
+		// Longer than any grace period: in a Duration it would overflow.
+		return original{}, fmt.Sprintf("container %q: its preStop sleep of %d seconds is longer than any grace period (at most %d)", c.Name, s.Seconds, maxSleepSecs)
 	}
 	d := time.Duration(s.Seconds) * time.Second
 	return original{then: []string{"--then-sleep", d.String()}, own: d}, ""

@@ -702,6 +702,22 @@ func TestMutate(t *testing.T) {
 			},
 		},
 		{
+			name:         "hostPID: no log to the host's PID 1",
+			pod:          with(func(p *corev1.Pod) { p.Spec.HostPID = true }),
+			wantInjected: true,
+			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
+				wantCmd(t, out, "web", []string{"/draingate/draingate-prestop", "wait", "--max-wait", "1m30s", "--fallback", "30s"})
+			},
+		},
+		{
+			name: "a sleep hook longer than any grace period",
+			pod:  with(preStop(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 1 << 40}})),
+			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
+				unchanged(t, orig, out)
+				wantWarning(t, warnings, "not injected", "longer than any grace period")
+			},
+		},
+		{
 			name:         "image volume",
 			pod:          with(preStop(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}})),
 			settings:     func(s *Settings) { s.ImageVolume = true },
@@ -840,6 +856,39 @@ func TestMutate(t *testing.T) {
 				unchanged(t, orig, out)
 				wantWarning(t, warnings, "not injected", "Windows")
 			},
+		},
+		{
+			name: "Windows by nodeSelector",
+			pod:  with(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "windows"} }),
+			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
+				unchanged(t, orig, out)
+				wantWarning(t, warnings, "not injected", "Windows", "nodeSelector")
+			},
+		},
+		{
+			name: "Windows by required node affinity",
+			pod: with(func(p *corev1.Pod) {
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+						{Key: "kubernetes.io/os", Operator: corev1.NodeSelectorOpIn, Values: []string{"windows"}}}}},
+				}}}
+			}),
+			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
+				unchanged(t, orig, out)
+				wantWarning(t, warnings, "not injected", "Windows", "affinity")
+			},
+		},
+		{
+			name: "an affinity that also allows Linux",
+			pod: with(func(p *corev1.Pod) {
+				win := corev1.NodeSelectorRequirement{Key: "kubernetes.io/os", Operator: corev1.NodeSelectorOpIn, Values: []string{"windows"}}
+				linux := corev1.NodeSelectorRequirement{Key: "kubernetes.io/os", Operator: corev1.NodeSelectorOpIn, Values: []string{"windows", "linux"}}
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{win}}, {MatchExpressions: []corev1.NodeSelectorRequirement{linux}}},
+				}}}
+			}),
+			wantInjected: true,
+			check:        func(t *testing.T, orig, out *corev1.Pod, warnings []string) {},
 		},
 		{
 			name: "names draingate needs are taken",

@@ -200,7 +200,10 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 	idx, ps := gatedIndexes(pod)
 	problems = append(problems, ps...)
 	problems = append(problems, podConflicts(pod, s)...)
-	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false)}
+	// The agent's lines go to PID 1's stdout, the app's own, unless PID 1
+	// is not the app: a shared process namespace (the pause process) or
+	// the host's (its init).
+	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID}
 	var notes []string
 	for _, i := range idx {
 		c := &pod.Spec.Containers[i]
@@ -287,8 +290,8 @@ func containerNames(cs []corev1.Container) string {
 // podConflicts finds what in the pod would clash with what Mutate adds.
 func podConflicts(pod *corev1.Pod, s Settings) []string {
 	var problems []string
-	if pod.Spec.OS != nil && pod.Spec.OS.Name == corev1.Windows {
-		problems = append(problems, "a Windows pod: the agent is a Linux binary")
+	if why := windowsPod(pod); why != "" {
+		problems = append(problems, "a Windows pod ("+why+"): the agent is a Linux binary")
 	}
 	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == VolumeName }) {
 		problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", VolumeName))
@@ -382,4 +385,33 @@ func policyName(p corev1.DNSPolicy) string {
 		return string(corev1.DNSClusterFirst)
 	}
 	return string(p)
+}
+
+// windowsPod says how pod targets Windows nodes, or "": spec.os, its
+// nodeSelector, or a required node affinity every term of which asks for
+// kubernetes.io/os in windows alone.
+func windowsPod(pod *corev1.Pod) string {
+	const osLabel = "kubernetes.io/os"
+	spec := &pod.Spec
+	if spec.OS != nil && spec.OS.Name == corev1.Windows {
+		return "spec.os"
+	}
+	if spec.NodeSelector[osLabel] == string(corev1.Windows) {
+		return "nodeSelector " + osLabel + "=windows"
+	}
+	a := spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	windowsOnly := func(t corev1.NodeSelectorTerm) bool {
+		return slices.ContainsFunc(t.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+			return r.Key == osLabel && r.Operator == corev1.NodeSelectorOpIn && len(r.Values) > 0 &&
+				!slices.ContainsFunc(r.Values, func(v string) bool { return v != string(corev1.Windows) })
+		})
+	}
+	if len(terms) > 0 && !slices.ContainsFunc(terms, func(t corev1.NodeSelectorTerm) bool { return !windowsOnly(t) }) {
+		return "required node affinity " + osLabel + " in (windows)"
+	}
+	return ""
 }
