@@ -354,7 +354,8 @@ func TestDefaultArgs(t *testing.T) {
 
 	// Every flag draingate serve defines is set by the chart, by default or
 	// by a value (TestArgsFollowValues covers the ones only given when set).
-	setBySomeValue := map[string]bool{"aws-region": true, "elbv2-endpoint": true, "kubeconfig": true}
+	setBySomeValue := map[string]bool{"aws-region": true, "elbv2-endpoint": true, "kubeconfig": true,
+		"inject-installer-requests": true, "inject-installer-limits": true, "inject-pull-secrets": true}
 	defined := serverFlags(t)
 	for _, f := range defined {
 		if _, ok := got[f]; !ok && !setBySomeValue[f] {
@@ -398,7 +399,10 @@ func TestArgsFollowValues(t *testing.T) {
 		{"agent: {maxWait: 3m}", map[string]string{"inject-max-wait": "3m"}},
 		{"agent: {fallback: 12s}", map[string]string{"inject-fallback": "12s"}},
 		{"agent: {shutdownBudget: 45s}", map[string]string{"inject-shutdown-budget": "45s"}},
-		{"agent: {imageVolume: true}", map[string]string{"inject-image-volume": "true"}},
+		{"agent: {imageVolume: true}", map[string]string{"inject-image-volume": "true", "inject-installer-requests": "-", "inject-pull-secrets": "-"}},
+		{"agent: {installer: {resources: {requests: {cpu: 50m, memory: 16Mi}, limits: {cpu: 100m, ephemeral-storage: 32Mi}}}}",
+			map[string]string{"inject-installer-requests": "cpu=50m,memory=16Mi", "inject-installer-limits": "cpu=100m,ephemeral-storage=32Mi"}},
+		{"agent: {image: {pullSecrets: [agent-registry, other]}}", map[string]string{"inject-pull-secrets": "agent-registry,other"}},
 		{"fullnameOverride: gate", map[string]string{"webhook-config": "gate", "webhook-secret": "gate-webhook-tls", "webhook-service": "gate", "agent-server": "http://gate.draingate-system.svc:8080"}},
 		{"extraArgs: ['--kubeconfig=/etc/kube/config']", map[string]string{"kubeconfig": "/etc/kube/config"}},
 	} {
@@ -691,7 +695,7 @@ func ruleKey(r rule) string {
 
 func TestRBAC(t *testing.T) {
 	base := []string{
-		"ClusterRole draingate: /pods[] list,watch",
+		"ClusterRole draingate: /pods[] get,list,watch",
 		"ClusterRole draingate: discovery.k8s.io/endpointslices[] list,watch",
 		"ClusterRole draingate: elbv2.k8s.aws/targetgroupbindings[] list,watch",
 		"ClusterRole draingate: ,events.k8s.io/events[] create,patch",
@@ -1142,7 +1146,7 @@ func TestREADMEListsEveryValue(t *testing.T) {
 		}
 	}
 
-	// The IAM policy in the README: the three read-only ELBv2 actions the
+	// The IAM policy in the README: the two read-only ELBv2 actions the
 	// server calls, on every resource, and nothing else.
 	block := regexp.MustCompile("(?s)```json\n(.*?)```").FindSubmatch(b)
 	if block == nil {

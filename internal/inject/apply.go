@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 )
 
@@ -38,6 +37,11 @@ func (p *plan) apply(pod *corev1.Pod, s Settings) {
 		// the copy (milliseconds) is done before anything else starts, and
 		// nothing the user's init containers do can keep it from running.
 		spec.InitContainers = append([]corev1.Container{installer(s)}, spec.InitContainers...)
+	}
+	for _, n := range s.PullSecrets {
+		if !slices.ContainsFunc(spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == n }) {
+			spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: n})
+		}
 	}
 	for _, g := range p.gated {
 		p.gate(&spec.Containers[g.index], g.hook, s)
@@ -111,19 +115,16 @@ func agentVolume(s Settings) corev1.Volume {
 
 // installer is the init container that copies the agent into the emptyDir.
 // It passes Pod Security "restricted" on its own, so it never is the reason
-// a pod is refused; its requests equal its limits so quotas accept it.
+// a pod is refused; its resources are Settings.InstallerResources (by
+// default requests equal to limits, so quotas accept it).
 func installer(s Settings) corev1.Container {
-	small := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse(installerCPU),
-		corev1.ResourceMemory: resource.MustParse(installerMemory),
-	}
 	return corev1.Container{
 		Name:            InstallerName,
 		Image:           s.AgentImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{agentInImage, "install", AgentDir},
 		VolumeMounts:    []corev1.VolumeMount{{Name: VolumeName, MountPath: AgentDir}},
-		Resources:       corev1.ResourceRequirements{Requests: small, Limits: small.DeepCopy()},
+		Resources:       *s.InstallerResources.DeepCopy(),
 		// A failed install shows its own words in the pod's status.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{

@@ -271,6 +271,9 @@ func checkInstaller(t *testing.T, orig, out *corev1.Pod, s Settings) {
 	case len(c.Ports) > 0:
 		t.Error("installer has ports")
 	}
+	if len(s.InstallerResources.Requests)+len(s.InstallerResources.Limits) > 0 {
+		return // the case checks the settings' own
+	}
 	for _, l := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
 		if l.Cpu().Cmp(resource.MustParse("10m")) != 0 || l.Memory().Cmp(resource.MustParse("16Mi")) != 0 {
 			t.Errorf("installer resources %+v", c.Resources)
@@ -699,6 +702,29 @@ func TestMutate(t *testing.T) {
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				wantCmd(t, out, "web", []string{"/draingate/draingate-prestop", "wait", "--max-wait", "1m30s", "--fallback", "30s"})
+			},
+		},
+		{
+			name: "installer resources and pull secrets from the settings",
+			pod:  with(func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "app-registry"}} }),
+			settings: func(s *Settings) {
+				big := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceEphemeralStorage: resource.MustParse("32Mi")}
+				s.InstallerResources = corev1.ResourceRequirements{Requests: big, Limits: big}
+				s.PullSecrets = []string{"agent-registry", "app-registry"}
+			},
+			wantInjected: true,
+			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
+				r := out.Spec.InitContainers[0].Resources
+				if q := r.Requests[corev1.ResourceCPU]; q.String() != "50m" || len(r.Requests) != 2 || len(r.Limits) != 2 {
+					t.Errorf("installer resources %+v, want the settings'", r)
+				}
+				var names []string
+				for _, s := range out.Spec.ImagePullSecrets {
+					names = append(names, s.Name)
+				}
+				if !slices.Equal(names, []string{"app-registry", "agent-registry"}) {
+					t.Errorf("imagePullSecrets %q, want the pod's and the agent's, once each", names)
+				}
 			},
 		},
 		{

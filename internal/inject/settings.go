@@ -90,6 +90,23 @@ type Settings struct {
 	// ServerNamespace is draingate's own namespace: its pods are never
 	// mutated, so the gate server cannot end up waiting on itself.
 	ServerNamespace string
+	// InstallerResources are the installer init container's (default:
+	// requests and limits of 10m CPU and 16Mi memory). Raise them where a
+	// LimitRange sets a higher minimum, add ephemeral-storage where a
+	// ResourceQuota requires it: the pod is refused after the webhook ran.
+	InstallerResources corev1.ResourceRequirements
+	// PullSecrets are Secret names added to every injected pod's
+	// imagePullSecrets (each must exist in the pod's namespace), for an
+	// agent image in a private registry the pods' own secrets do not open.
+	PullSecrets []string
+}
+
+// Validate reports settings no pod could be injected with (see the
+// fields), so that a server can refuse to start with them rather than
+// fail every admission.
+func (s Settings) Validate() error {
+	_, err := s.withDefaults()
+	return err
 }
 
 // withDefaults fills zero values and reports settings no pod could be
@@ -110,6 +127,13 @@ func (s Settings) withDefaults() (Settings, error) {
 	if s.Version == "" {
 		s.Version = defaultVersion
 	}
+	if len(s.InstallerResources.Requests) == 0 && len(s.InstallerResources.Limits) == 0 {
+		small := corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse(installerCPU),
+			corev1.ResourceMemory: resource.MustParse(installerMemory),
+		}
+		s.InstallerResources = corev1.ResourceRequirements{Requests: small, Limits: small.DeepCopy()}
+	}
 	var errs []error
 	if strings.TrimSpace(s.AgentImage) == "" {
 		errs = append(errs, errors.New("no agent image"))
@@ -121,6 +145,16 @@ func (s Settings) withDefaults() (Settings, error) {
 		cli.NotNegative("shutdown budget", s.ShutdownBudget))
 	if s.EmptyDirSizeLimit.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("emptyDir size limit %s is negative", s.EmptyDirSizeLimit.String()))
+	}
+	for name, q := range s.InstallerResources.Requests {
+		if l, ok := s.InstallerResources.Limits[name]; ok && q.Cmp(l) > 0 {
+			errs = append(errs, fmt.Errorf("installer %s request %s is above its limit %s", name, q.String(), l.String()))
+		}
+	}
+	for _, n := range s.PullSecrets {
+		if strings.TrimSpace(n) == "" {
+			errs = append(errs, errors.New("an empty pull secret name"))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return s, fmt.Errorf("inject: bad settings: %w", err)

@@ -17,6 +17,8 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -49,6 +51,8 @@ type serveFlags struct {
 	webhookCertManager, injectImageVolume               bool
 	agentImage, agentServer                             string
 	injectMaxWait, injectFallback, injectShutdownBudget time.Duration
+	injectInstallerRequests, injectInstallerLimits      string
+	injectPullSecrets                                   string
 }
 
 func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
@@ -86,6 +90,9 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.injectMaxWait, "inject-max-wait", 90*time.Second, "injected agents' longest wait (pod annotation draingate.dev/max-wait overrides)")
 	fs.DurationVar(&f.injectFallback, "inject-fallback", 30*time.Second, "injected agents' wait when no gate server answers (annotation draingate.dev/fallback)")
 	fs.DurationVar(&f.injectShutdownBudget, "inject-shutdown-budget", 30*time.Second, "the app's time after the hook, added to the grace period (annotation draingate.dev/shutdown-budget)")
+	fs.StringVar(&f.injectInstallerRequests, "inject-installer-requests", "", "the installer init container's requests, e.g. cpu=50m,memory=16Mi,ephemeral-storage=32Mi (a LimitRange minimum or a ResourceQuota refuses pods after the webhook); empty with --inject-installer-limits also empty: cpu=10m,memory=16Mi for both")
+	fs.StringVar(&f.injectInstallerLimits, "inject-installer-limits", "", "the installer init container's limits, same form as --inject-installer-requests")
+	fs.StringVar(&f.injectPullSecrets, "inject-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets, for an agent image in a private registry (each must exist in the pods' namespaces)")
 	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
 	return fs
 }
@@ -112,6 +119,9 @@ func (f *serveFlags) validate() error {
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", f.logFormat))
+	}
+	if _, _, err := f.installerSettings(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -299,17 +309,71 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-listen: %v", err)
 	}
+	settings := inject.Settings{
+		AgentImage: f.agentImage, Server: server,
+		MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
+		ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
+	}
+	if settings.InstallerResources, settings.PullSecrets, err = f.installerSettings(); err == nil {
+		err = settings.Validate()
+	}
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	c := &certs.Certs{Namespace: ns, SecretName: f.webhookSecret, Service: f.webhookService, External: f.webhookCertManager}
 	if !f.webhookCertManager {
 		c.ConfigName = f.webhookConfig
 	}
-	return &WebhookOptions{
-		Listener: ln,
-		Certs:    c,
-		Settings: inject.Settings{
-			AgentImage: f.agentImage, Server: server,
-			MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
-			ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
-		},
-	}, nil
+	return &WebhookOptions{Listener: ln, Certs: c, Settings: settings}, nil
+}
+
+// installerSettings reads the installer's resources and the pull secrets
+// from the flags.
+func (f *serveFlags) installerSettings() (corev1.ResourceRequirements, []string, error) {
+	var r corev1.ResourceRequirements
+	var errs []error
+	for _, x := range []struct {
+		flag, v string
+		dst     *corev1.ResourceList
+	}{{"--inject-installer-requests", f.injectInstallerRequests, &r.Requests},
+		{"--inject-installer-limits", f.injectInstallerLimits, &r.Limits}} {
+		l, err := parseResources(x.v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", x.flag, err))
+		}
+		*x.dst = l
+	}
+	for name, q := range r.Requests {
+		if l, ok := r.Limits[name]; ok && q.Cmp(l) > 0 {
+			errs = append(errs, fmt.Errorf("--inject-installer-requests %s=%s is above --inject-installer-limits %s=%s", name, q.String(), name, l.String()))
+		}
+	}
+	var secrets []string
+	for _, n := range strings.Split(f.injectPullSecrets, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			secrets = append(secrets, n)
+		}
+	}
+	return r, secrets, errors.Join(errs...)
+}
+
+// parseResources reads "cpu=50m,memory=16Mi" (empty: none).
+func parseResources(v string) (corev1.ResourceList, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	l := corev1.ResourceList{}
+	for _, kv := range strings.Split(v, ",") {
+		name, q, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q is not name=quantity (as in cpu=50m,memory=16Mi)", kv)
+		}
+		qty, err := resource.ParseQuantity(q)
+		if err != nil || qty.Sign() < 0 {
+			return nil, fmt.Errorf("%s=%q is not a non-negative quantity", name, q)
+		}
+		l[corev1.ResourceName(name)] = qty
+	}
+	return l, nil
 }
