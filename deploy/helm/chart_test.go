@@ -326,6 +326,7 @@ func TestDefaultArgs(t *testing.T) {
 		"inject-fallback":        "30s",
 		"inject-shutdown-budget": "30s",
 		"inject-image-volume":    "false",
+		"wait-api-sources":       "pod",
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
@@ -393,6 +394,7 @@ func TestArgsFollowValues(t *testing.T) {
 		{"maxWait: 20s", map[string]string{"max-wait": "20s"}},
 		{"shutdownReserve: 9s", map[string]string{"shutdown-reserve": "9s"}},
 		{"logFormat: json", map[string]string{"log-format": "json"}},
+		{"waitApiSources: any", map[string]string{"wait-api-sources": "any"}},
 		{"webhook: {certManager: {enabled: true}}", map[string]string{"webhook-cert-manager": "true"}},
 		{"agent: {image: {repository: registry.example/dg-agent, tag: v9}}", map[string]string{"agent-image": "registry.example/dg-agent:v9"}},
 		{"agent: {server: 'http://gate.example:8080'}", map[string]string{"agent-server": "http://gate.example:8080"}},

@@ -45,6 +45,7 @@ type serveFlags struct {
 	logFormat                         string
 	trafficEvidence                   bool
 	trafficEpsilon                    float64
+	waitAPISources                    string
 
 	webhookListen, webhookConfig, webhookSecret         string
 	webhookService, webhookNamespace                    string
@@ -74,6 +75,7 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.tailALB, "tail-alb", d.ALB, "how long after its target is draining an Application Load Balancer may still send new requests")
 	fs.DurationVar(&f.tailNLB, "tail-nlb", d.NLB, "how long after its target is draining a Network Load Balancer (or one of unknown type) may still open connections")
 	fs.BoolVar(&f.trafficEvidence, "traffic-evidence", true, "weigh the traffic the agents see arriving at their pods: a target group route closes once every load balancer source has gone quiet (before its tail when all of them sent enough to fit a rate, after it while one still sends); false: tails alone")
+	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from; others get 403) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
 	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", gate.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
@@ -113,6 +115,9 @@ func (f *serveFlags) validate() error {
 	}
 	if f.burst < 1 {
 		errs = append(errs, fmt.Errorf("--aws-burst must be at least 1, got %d", f.burst))
+	}
+	if f.waitAPISources != SourcesPod && f.waitAPISources != SourcesAny {
+		errs = append(errs, fmt.Errorf("--wait-api-sources must be %s or %s, got %q", SourcesPod, SourcesAny, f.waitAPISources))
 	}
 	if !(f.trafficEpsilon > 0 && f.trafficEpsilon < 0.01) {
 		errs = append(errs, fmt.Errorf("--traffic-epsilon must be in (0, 0.01), got %s", strconv.FormatFloat(f.trafficEpsilon, 'g', -1, 64)))
@@ -185,6 +190,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxWait:         f.maxWait,
 		IgnoreTraffic:   !f.trafficEvidence,
 		Epsilon:         f.trafficEpsilon,
+		WaitAPISources:  f.waitAPISources,
 		Log:             log,
 	}
 	if f.targetGroups {

@@ -451,3 +451,26 @@ func TestPodsNotTerminatingConfirmed(t *testing.T) {
 		t.Errorf("terminating: %+v after %d live reads; want the gate's verdict, no read", v, reads)
 	}
 }
+
+// The wait API answers about a pod only requests from its own addresses.
+func TestPodsAuthorize(t *testing.T) {
+	r := newRig()
+	p := r.put("u1", true)
+	p.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.7"}, {IP: "fd00::7"}}
+	r.mu.Lock()
+	r.cached["shop/web"] = p
+	r.mu.Unlock()
+	req := api.DrainRequest{Namespace: "shop", Pod: "web"}
+	for _, from := range []string{"10.0.0.7", "fd00::7"} {
+		if err := r.authorize(context.Background(), req, netip.MustParseAddr(from)); err != nil {
+			t.Errorf("from the pod's %s: %v", from, err)
+		}
+	}
+	err := r.authorize(context.Background(), req, netip.MustParseAddr("10.0.0.8"))
+	if !errors.Is(err, waitapi.ErrForbidden) || !strings.Contains(err.Error(), "10.0.0.7, fd00::7") {
+		t.Errorf("from another address: %v; want forbidden, naming the pod's addresses", err)
+	}
+	if err := r.authorize(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "gone"}, netip.MustParseAddr("10.0.0.7")); !errors.Is(err, waitapi.ErrUnknownPod) {
+		t.Errorf("unknown pod: %v", err)
+	}
+}

@@ -67,6 +67,12 @@ type Options struct {
 	// Epsilon is the chance of a false quiet accepted per route and source
 	// (gate.DefaultEpsilon when zero).
 	Epsilon float64
+	// WaitAPISources says whom the wait API answers about a pod:
+	// SourcesPod (the default) only requests from one of the pod's own
+	// addresses, which is where its agent asks from (the preStop hook runs
+	// in the pod's network namespace); SourcesAny anyone, for a server
+	// behind a proxy or mesh sidecar that hides the source address.
+	WaitAPISources string
 
 	// Webhook, when set, serves the pod-injection admission webhook.
 	Webhook *WebhookOptions
@@ -81,6 +87,12 @@ type Options struct {
 	// Now is the clock of observations and verdicts (time.Now when nil).
 	Now func() time.Time
 }
+
+// Options.WaitAPISources values.
+const (
+	SourcesPod = "pod"
+	SourcesAny = "any"
+)
 
 // Tails are the propagation tails per route kind: how long the route's
 // consumers may still send new traffic after its owner took the pod out.
@@ -287,7 +299,10 @@ type httpServers struct {
 func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, error) {
 	h := &httpServers{shutdown: make(chan struct{})}
 	serve := func(ln net.Listener, handler http.Handler) {
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: s.o.MaxWait + 15*time.Second, IdleTimeout: 2 * time.Minute}
+		// A request (the webhook's review, up to 3 MiB) that takes longer
+		// than ReadTimeout to arrive is not a client worth a goroutine.
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: s.o.MaxWait + 15*time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		h.servers = append(h.servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -296,9 +311,11 @@ func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, erro
 		}()
 	}
 	if s.o.Listener != nil {
-		serve(s.o.Listener, waitapi.NewHandler(s.pods, waitapi.Config{
-			MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown,
-		}))
+		cfg := waitapi.Config{MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown}
+		if s.o.WaitAPISources != SourcesAny {
+			cfg.Authorize = s.pods.authorize
+		}
+		serve(s.o.Listener, waitapi.NewHandler(s.pods, cfg))
 		s.log.Info("serving the wait API", "addr", s.o.Listener.Addr().String())
 	}
 	if w := s.o.Webhook; w != nil {

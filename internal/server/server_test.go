@@ -190,6 +190,9 @@ func (f *fixture) serveWith(ctx context.Context, o Options) *running {
 		o.Tails = testTails
 	}
 	o.Listener, o.Registry = ln, reg
+	if o.WaitAPISources == "" {
+		o.WaitAPISources = SourcesAny // the tests ask from the host, not from the pod
+	}
 	o.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	s, err := New(o)
 	if err != nil {
@@ -275,6 +278,13 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, ctx)
+	// A server as installed answers the pod's own agent only: this test
+	// asks from the host.
+	closed := f.serveWith(ctx, Options{WaitAPISources: SourcesPod})
+	if _, status, body := f.tryAsk(ctx, closed, 0); status != http.StatusForbidden || !strings.Contains(string(body), f.pod.Status.PodIP) {
+		t.Errorf("asked from the host: %d %s; want 403 naming the pod's address", status, body)
+	}
+	closed.stop()
 	r := f.serve(ctx)
 
 	// Before deletion the pod's hook would run only for a restart: the API

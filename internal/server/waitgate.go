@@ -14,6 +14,7 @@ import (
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
 )
 
@@ -64,6 +65,34 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	}
 	p.events.noteLocked(pod, st, v)
 	return v, nil
+}
+
+// authorize lets the wait API answer about a pod only requests from one of
+// the pod's own addresses: its agent asks from inside the pod's network
+// namespace, so anything else is somebody else (who would learn the pod's
+// routes and target groups, and hold long-polls and AWS polling for a pod
+// it does not own). A hostNetwork pod's address is its node's, which its
+// node's other hostNetwork pods share.
+func (p *pods) authorize(ctx context.Context, req api.DrainRequest, remote netip.Addr) error {
+	if err := p.ready(); err != nil {
+		return err
+	}
+	pod, err := p.get(ctx, req.Namespace, req.Pod)
+	if apierrors.IsNotFound(err) {
+		return waitapi.ErrUnknownPod
+	}
+	if err != nil {
+		return fmt.Errorf("read pod from cache: %w", err)
+	}
+	ips := route.IPs(pod)
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && a.Unmap() == remote {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the wait API answers a pod's own agent only, from one of the pod's addresses (%s); "+
+		"if a proxy or mesh sidecar in front of the server hides the agents' addresses, run it with --wait-api-sources=any",
+		waitapi.ErrForbidden, strings.Join(ips, ", "))
 }
 
 // liveReadTimeout bounds confirmNotTerminating's read.

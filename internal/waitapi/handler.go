@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,10 +50,16 @@ var ErrUnknownPod = errors.New("unknown pod")
 // non-empty requested UID as this error.
 var ErrUIDMismatch = errors.New("pod has another uid")
 
+// ErrForbidden is Config.Authorize's answer for a request the server will
+// not answer for that pod (403, with the error's text): the agent stops
+// asking and waits out its fallback.
+var ErrForbidden = errors.New("forbidden")
+
 // Defaults for Config's zero values.
 const (
-	DefaultMaxWait    = 30 * time.Second
-	DefaultMaxWaiting = 10000
+	DefaultMaxWait             = 30 * time.Second
+	DefaultMaxWaiting          = 10000
+	DefaultMaxWaitingPerSource = 16
 )
 
 // Config configures NewHandler. The zero value is usable, except that
@@ -76,6 +84,16 @@ type Config struct {
 	// current verdict at once, so that http.Server.Shutdown need not wait
 	// out MaxWait. Optional.
 	Shutdown <-chan struct{}
+	// Authorize, when set, is asked before anything about the pod is read
+	// or waited for: the request and the address it came from. An error
+	// wrapping ErrForbidden is answered 403, ErrUnknownPod 404, any other
+	// 503.
+	Authorize func(ctx context.Context, req api.DrainRequest, remote netip.Addr) error
+	// MaxWaitingPerSource caps the long-polls held at once for one source
+	// address, so that one client cannot take the global cap from the
+	// others; past it, its requests are answered at once. Zero or negative
+	// means DefaultMaxWaitingPerSource.
+	MaxWaitingPerSource int
 }
 
 type handler struct {
@@ -86,6 +104,11 @@ type handler struct {
 	metrics    *Metrics
 	ready      func() error
 	shutdown   <-chan struct{}
+	authorize  func(ctx context.Context, req api.DrainRequest, remote netip.Addr) error
+
+	perSource int
+	mu        sync.Mutex
+	bySource  map[netip.Addr]int // long-polls held per source address
 }
 
 // NewHandler returns the wait API's handler: the drain endpoint, /healthz
@@ -103,6 +126,12 @@ func NewHandler(g Gate, cfg Config) http.Handler {
 		metrics:    cfg.Metrics,
 		ready:      cfg.Ready,
 		shutdown:   cfg.Shutdown,
+		authorize:  cfg.Authorize,
+		perSource:  cfg.MaxWaitingPerSource,
+		bySource:   map[netip.Addr]int{},
+	}
+	if h.perSource <= 0 {
+		h.perSource = DefaultMaxWaitingPerSource
 	}
 	if h.maxWait <= 0 {
 		h.maxWait = DefaultMaxWait
@@ -173,9 +202,16 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	v, err := h.gate.Verdict(ctx, req)
+	remote := remoteAddr(r)
+	var v api.Verdict
+	if h.authorize != nil {
+		err = h.authorize(ctx, req, remote)
+	}
+	if err == nil {
+		v, err = h.gate.Verdict(ctx, req)
+	}
 	if err == nil && !v.Released && req.Wait > 0 && !uidMismatch(req, v) {
-		v, err = h.poll(ctx, req, v, min(req.Wait, h.maxWait))
+		v, err = h.poll(ctx, req, v, min(req.Wait, h.maxWait), remote)
 	}
 	if ctx.Err() != nil {
 		// The client went away (or the server cut the request): nobody
@@ -189,6 +225,10 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, ErrForbidden):
+		h.metrics.outcome(OutcomeForbidden)
+		h.fail(w, http.StatusForbidden, fmt.Sprintf("not answering %s about pod %s/%s: %s", remote, req.Namespace, req.Pod, truncate(api.OneLine(err.Error()), 300)), nil, true)
+		return
 	case errors.Is(err, ErrUIDMismatch):
 		h.metrics.outcome(OutcomeUIDMismatch)
 		msg := fmt.Sprintf("pod %s/%s has another uid than %s: the pod asked about is gone, or this server has not seen it yet", req.Namespace, req.Pod, req.UID)
@@ -223,7 +263,11 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 // poll holds the request until the pod is released, wait passes, the
 // request's context ends, or the server shuts down; then it returns the
 // current verdict. last is the verdict read before the poll began.
-func (h *handler) poll(ctx context.Context, req api.DrainRequest, last api.Verdict, wait time.Duration) (api.Verdict, error) {
+func (h *handler) poll(ctx context.Context, req api.DrainRequest, last api.Verdict, wait time.Duration, remote netip.Addr) (api.Verdict, error) {
+	if !h.holdFor(remote) {
+		return last, nil
+	}
+	defer h.release(remote)
 	if h.waiting.Add(1) > h.maxWaiting {
 		h.waiting.Add(-1)
 		return last, nil
@@ -257,6 +301,36 @@ func (h *handler) poll(ctx context.Context, req api.DrainRequest, last api.Verdi
 			return v, ctx.Err()
 		}
 	}
+}
+
+// holdFor takes one of remote's long-poll places, false when it holds
+// them all.
+func (h *handler) holdFor(remote netip.Addr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bySource[remote] >= h.perSource {
+		return false
+	}
+	h.bySource[remote]++
+	return true
+}
+
+func (h *handler) release(remote netip.Addr) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bySource[remote]--; h.bySource[remote] <= 0 {
+		delete(h.bySource, remote)
+	}
+}
+
+// remoteAddr is the request's source address (the zero Addr when the
+// server did not record one, as in tests that build requests by hand).
+func remoteAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
 }
 
 func (h *handler) subscribe(req api.DrainRequest) (<-chan struct{}, func()) {

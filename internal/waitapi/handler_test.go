@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -158,6 +159,9 @@ func (memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("no memServer at %s", req.URL.Host)
 	}
 	sreq := httptest.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), req.Body)
+	if from := req.Header.Get(remoteHeader); from != "" {
+		sreq.RemoteAddr = from // where the request comes from, as the server sees it
+	}
 	rec := httptest.NewRecorder()
 	done := make(chan struct{})
 	go func() {
@@ -218,6 +222,28 @@ func do(t *testing.T, ctx context.Context, method, url string) answer {
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s %s: Content-Type %q", method, url, ct)
 	}
+	return answer{resp.StatusCode, resp.Header, b}
+}
+
+// remoteHeader tells memTransport the request's source address.
+const remoteHeader = "X-Test-Remote-Addr"
+
+// getFrom is get from the address remote ("10.0.0.7:40000").
+func getFrom(t *testing.T, url, remote string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(remoteHeader, remote)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
 	return answer{resp.StatusCode, resp.Header, b}
 }
 
@@ -700,4 +726,66 @@ func TestNilMetrics(t *testing.T) {
 	if a := get(t, drainURL(srv.URL, "shop", "web-0", "")); a.status != 200 {
 		t.Fatalf("status %d", a.status)
 	}
+}
+
+// Authorize sees the request and its source before the gate is asked:
+// ErrForbidden is a 403 naming the source, and the gate is never read.
+func TestAuthorize(t *testing.T) {
+	var seen []netip.Addr
+	f := newFixture(t, Config{Authorize: func(_ context.Context, req api.DrainRequest, remote netip.Addr) error {
+		seen = append(seen, remote)
+		if remote != netip.MustParseAddr("10.0.0.7") {
+			return fmt.Errorf("%w: the request comes from %s, not from one of the pod's addresses", ErrForbidden, remote)
+		}
+		return nil
+	}})
+	f.gate.set(drained("shop", "web-0"))
+	a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", ""), "10.0.0.8:5555")
+	if a.status != http.StatusForbidden || !strings.Contains(a.errorMessage(t), "10.0.0.8") || strings.Contains(string(a.body), "released") {
+		t.Errorf("from another address: %d %s; want 403 naming the source, no verdict", a.status, a.body)
+	}
+	if a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", ""), "[::ffff:10.0.0.7]:5555"); a.status != 200 || !a.verdict(t).Released {
+		t.Errorf("from the pod: %d %s", a.status, a.body)
+	}
+	if len(seen) != 2 || seen[1] != netip.MustParseAddr("10.0.0.7") {
+		t.Errorf("sources seen %v, want the two, IPv4-mapped unmapped", seen)
+	}
+	if n := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeForbidden)); n != 1 {
+		t.Errorf("forbidden outcomes %v, want 1", n)
+	}
+}
+
+// One source holding its share of long-polls gets the rest answered at
+// once; another source's long-poll is held, and answered at its release.
+func TestMaxWaitingPerSource(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, Config{MaxWait: time.Hour, MaxWaitingPerSource: 2})
+		f.gate.set(waiting("shop", "web-0"))
+		f.gate.set(waiting("shop", "web-1"))
+		held := make(chan answer, 2)
+		for range 2 {
+			go func() { held <- getFrom(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h"), "10.0.0.66:1") }()
+		}
+		synctest.Wait()
+		start := time.Now()
+		if a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", "wait=1h"), "10.0.0.66:2"); a.status != 200 || time.Since(start) != 0 {
+			t.Fatalf("the flooding source's third long-poll: %d after %s, want answered at once", a.status, time.Since(start))
+		}
+		other := make(chan answer, 1)
+		go func() { other <- getFrom(t, drainURL(f.srv.URL, "shop", "web-1", "wait=1h"), "10.0.0.7:1") }()
+		synctest.Wait()
+		select {
+		case a := <-other:
+			t.Fatalf("another source's long-poll answered before its release: %s", a.body)
+		default:
+		}
+		f.gate.set(drained("shop", "web-1"))
+		if a := <-other; a.status != 200 || !a.verdict(t).Released {
+			t.Fatalf("another source: %d %s", a.status, a.body)
+		}
+		f.gate.set(drained("shop", "web-0"))
+		for range 2 {
+			<-held
+		}
+	})
 }

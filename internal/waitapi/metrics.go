@@ -32,6 +32,7 @@ const (
 	OutcomeUnknownPod  = "unknown-pod"
 	OutcomeUIDMismatch = "uid-mismatch"
 	OutcomeError       = "error"
+	OutcomeForbidden   = "forbidden"
 	outcomeReleased    = "released"
 	outcomeOther       = "other"
 	codeCanceled       = "canceled"
