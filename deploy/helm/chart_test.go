@@ -698,6 +698,7 @@ func ruleKey(r rule) string {
 func TestRBAC(t *testing.T) {
 	base := []string{
 		"ClusterRole draingate: /pods[] get,list,watch",
+		"ClusterRole draingate: /services[] list,watch",
 		"ClusterRole draingate: discovery.k8s.io/endpointslices[] list,watch",
 		"ClusterRole draingate: elbv2.k8s.aws/targetgroupbindings[] list,watch",
 		"ClusterRole draingate: ,events.k8s.io/events[] create,patch",

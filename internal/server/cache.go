@@ -30,6 +30,9 @@ func transform(sources []route.Source) func(any) (any, error) {
 				// is never a load balancer's (traffic evidence).
 				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs,
 					HostIP: o.Status.HostIP, HostIPs: o.Status.HostIPs},
+				// NodeName: kube-proxy's fallback is per node for a
+				// Service with a Local traffic policy.
+				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName},
 			}, nil
 		case *metav1.PartialObjectMetadata:
 			return transformNamespace(o), nil

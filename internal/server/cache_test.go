@@ -21,7 +21,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1", DeletionTimestamp: &now,
 			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": "x"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}},
 			HostIP: "192.168.0.5", HostIPs: []corev1.HostIP{{IP: "192.168.0.5"}}},
 	}
@@ -29,6 +29,9 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	p := o.(*corev1.Pod)
 	if p.Name != "web" || p.UID != "u1" || p.DeletionTimestamp == nil || route.IPs(p)[0] != "10.0.0.1" {
 		t.Errorf("pod transform lost identity, deletion or IP: %+v", p)
+	}
+	if p.Spec.NodeName != "node-1" {
+		t.Errorf("pod transform lost the node, by which a Local Service's fallback is judged")
 	}
 	if p.Status.HostIP != "192.168.0.5" || len(p.Status.HostIPs) != 1 {
 		t.Errorf("pod transform lost the host addresses the traffic evidence classifies by: %+v", p.Status)
@@ -48,8 +51,20 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	if o, _ = tr(sl); o.(*discoveryv1.EndpointSlice).Labels != nil {
 		t.Errorf("a slice did not go through its source's transform: %+v", o)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}
-	if o, _ = tr(svc); o != any(svc) {
+	local := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, Selector: map[string]string{"app": "web"}}}
+	if s := must(tr(local)).(*corev1.Service); s.Labels != nil || s.Spec.Selector != nil || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		t.Errorf("a Service did not go through the EndpointSlice source's transform, keeping its type and policy: %+v", s)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}
+	if o, _ = tr(cm); o != any(cm) {
 		t.Errorf("an object nobody owns was changed")
 	}
+}
+
+func must(o any, err error) any {
+	if err != nil {
+		panic(err)
+	}
+	return o
 }

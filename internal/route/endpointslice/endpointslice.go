@@ -67,8 +67,16 @@ func New(tail time.Duration) *Source { return &Source{tail: max(tail, 0)} }
 func (s *Source) Kind() string { return Kind }
 
 // Transform implements route.Source: a slice keeps its identity, the
-// Service label, and its endpoints' addresses, conditions and pod.
+// Service label, and its endpoints' addresses, conditions, node and pod; a
+// Service its identity, type and traffic policies.
 func (s *Source) Transform(obj any) (any, bool) {
+	if svc, ok := obj.(*corev1.Service); ok {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion},
+			Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy,
+				InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy},
+		}, true
+	}
 	sl, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return obj, false
@@ -85,7 +93,7 @@ func (s *Source) Transform(obj any) (any, bool) {
 		out.Labels = map[string]string{serviceNameLabel: svc}
 	}
 	for i, e := range sl.Endpoints {
-		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions}
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, NodeName: e.NodeName}
 		if r := e.TargetRef; r != nil {
 			out.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, UID: r.UID}
 		}
@@ -107,8 +115,17 @@ func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespac
 	if _, err := inf.AddEventHandler(route.NamespaceHandler(changed)); err != nil {
 		return err
 	}
+	// Services, for their traffic policies: with Local, kube-proxy falls
+	// back per node.
+	svcs, err := c.GetInformer(ctx, &corev1.Service{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("Service informer: %w", err)
+	}
+	if _, err := svcs.AddEventHandler(route.NamespaceHandler(changed)); err != nil {
+		return err
+	}
 	go func() {
-		if toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced, svcs.HasSynced) {
 			s.synced.Store(true)
 			changed("", "")
 		}
@@ -182,11 +199,16 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _
 	out := make([]gate.Observation, 0, len(names))
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		e, present := current[name]
-		fallback := false
+		fallback, perNode := false, false
 		if present && e.Terminating && e.Serving && e.Service != "" {
-			fallback = !s.serviceHasReadyEndpoint(ctx, pod.Namespace, e.Service)
+			cluster, onNode := s.readyEndpoints(ctx, pod.Namespace, e.Service, pod.Spec.NodeName)
+			perNode = s.localPolicy(ctx, pod.Namespace, e.Service)
+			fallback = Fallback(cluster, onNode, perNode)
 		}
 		o := Judge(e, present, fallback)
+		if fallback && perNode {
+			o.What += ", or none on the pod's node, where the Service's Local traffic policy keeps kube-proxy's traffic"
+		}
 		o.Name, o.Tail = name, s.tail
 		out = append(out, o)
 	}
@@ -217,22 +239,48 @@ func Judge(e Endpoint, present, fallback bool) gate.Observation {
 	return o
 }
 
-// serviceHasReadyEndpoint reports whether any slice of the Service lists a
-// ready, not terminating endpoint; if none does, kube-proxy falls back to
-// serving terminating ones.
-func (s *Source) serviceHasReadyEndpoint(ctx context.Context, ns, svc string) bool {
+// Fallback reports whether kube-proxy still sends to a Service's serving
+// terminating endpoints (KEP-1669): when no ready endpoint remains in the
+// cluster, or, for a Service whose traffic policy is Local (kube-proxy on
+// each node then uses that node's endpoints only), none on the node of the
+// endpoint in question.
+func Fallback(readyInCluster, readyOnNode, localPolicy bool) bool {
+	return !readyInCluster || localPolicy && !readyOnNode
+}
+
+// readyEndpoints reports whether any slice of the Service lists a ready,
+// not terminating endpoint, and one on node. A read error counts as none:
+// the fallback is assumed and the route stays open.
+func (s *Source) readyEndpoints(ctx context.Context, ns, svc, node string) (cluster, onNode bool) {
 	var list discoveryv1.EndpointSliceList
 	if err := s.cache.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{serviceNameLabel: svc}, client.UnsafeDisableDeepCopy); err != nil {
-		return false // fallback assumed: the route stays open
+		return false, false
 	}
 	for _, sl := range list.Items {
 		for _, e := range sl.Endpoints {
 			if v := endpointOf(e); v.Ready && !v.Terminating {
-				return true
+				cluster = true
+				onNode = onNode || node != "" && e.NodeName != nil && *e.NodeName == node
 			}
 		}
 	}
-	return false
+	return cluster, onNode
+}
+
+// localPolicy reports whether kube-proxy serves the Service per node: its
+// internal traffic policy is Local, or it takes outside traffic (NodePort,
+// LoadBalancer) with an external traffic policy of Local. A Service not in
+// the cache counts as Cluster-wide.
+func (s *Source) localPolicy(ctx context.Context, ns, name string) bool {
+	var svc corev1.Service
+	if err := s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc, client.UnsafeDisableDeepCopy); err != nil {
+		return false
+	}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		return true
+	}
+	external := svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort
+	return external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 }
 
 // rank orders a pod's endpoints when several slices of one Service list

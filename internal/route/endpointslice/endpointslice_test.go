@@ -75,7 +75,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	}
 	o, ok := New(0).Transform(sl)
 	s := o.(*discoveryv1.EndpointSlice)
-	if !ok || s.Labels[serviceNameLabel] != "a" || len(s.Labels) != 1 || s.Ports != nil || s.Endpoints[0].NodeName != nil {
+	if !ok || s.Labels[serviceNameLabel] != "a" || len(s.Labels) != 1 || s.Ports != nil || ptr.Deref(s.Endpoints[0].NodeName, "") != "n" {
 		t.Errorf("slice transform: %+v", s)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}}
@@ -84,5 +84,37 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	}
 	if _, ok := New(0).Transform(pod); ok {
 		t.Errorf("the slice source claimed a pod")
+	}
+}
+
+// kube-proxy falls back to serving terminating endpoints when no ready one
+// is left in the cluster, or, for a Local traffic policy, on the node.
+func TestFallback(t *testing.T) {
+	for _, c := range []struct {
+		cluster, node, local, want bool
+	}{
+		{true, true, false, false},
+		{true, false, false, false}, // Cluster policy: another node's ready endpoint takes the traffic
+		{false, false, false, true},
+		{true, false, true, true}, // Local: the only ready endpoints are elsewhere; this node's kube-proxy still sends here
+		{true, true, true, false},
+		{false, false, true, true},
+	} {
+		if got := Fallback(c.cluster, c.node, c.local); got != c.want {
+			t.Errorf("Fallback(ready in cluster %t, on node %t, local %t) = %t, want %t", c.cluster, c.node, c.local, got, c.want)
+		}
+	}
+}
+
+func TestTransformKeepsServicePolicies(t *testing.T) {
+	itp := corev1.ServiceInternalTrafficPolicyLocal
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", Annotations: map[string]string{"x": "y"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			InternalTrafficPolicy: &itp, Ports: []corev1.ServicePort{{Port: 80}}}}
+	o, ok := New(0).Transform(svc)
+	s := o.(*corev1.Service)
+	if !ok || s.Name != "a" || s.Namespace != "ns" || s.Annotations != nil || s.Spec.Ports != nil ||
+		s.Spec.Type != corev1.ServiceTypeNodePort || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || *s.Spec.InternalTrafficPolicy != itp {
+		t.Errorf("service transform: %+v", s)
 	}
 }
