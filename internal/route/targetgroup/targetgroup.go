@@ -141,7 +141,8 @@ func (s *Source) Ready() error {
 // group that never held the pod costs time, missing one that does costs
 // requests. While waiting, each group is polled.
 //
-// A group is the pod's route when its binding's Service lists the pod, when
+// A group is the pod's route when its binding's Service lists the pod as
+// ready or serving (the controller registers such endpoints), when
 // its listing holds the pod's target (in any state: a pod that left its
 // Service shortly before its deletion, as in a blue/green switch, is still
 // draining there while its load balancer sends to it, and a restarted
@@ -154,7 +155,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 	for _, a := range known {
 		arns[a] = true
 	}
-	served := map[string]bool{} // groups whose Service lists the pod
+	served := map[string]bool{} // groups whose Service lists the pod ready or serving
 	if s.synced.Load() {
 		listed, err := s.cfg.Slices.Endpoints(ctx, pod)
 		if err != nil {
@@ -171,7 +172,10 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 				continue
 			}
 			arns[b.ARN] = true
-			if _, ok := listed[pod.Namespace+"/"+b.Service]; ok {
+			// Listed ready or serving: the controller registers it, or
+			// did. Listed neither (never ready) it never was, and a group
+			// that does not list it either is no route.
+			if e, ok := listed[pod.Namespace+"/"+b.Service]; ok && (e.Ready || e.Serving) {
 				served[b.ARN] = true
 			}
 		}
