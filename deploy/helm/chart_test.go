@@ -26,6 +26,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -586,6 +587,30 @@ func TestDeploymentShape(t *testing.T) {
 	}
 	if n := len(all[*policyv1.PodDisruptionBudget](mustRender(t, "podDisruptionBudget: {enabled: false}"))); n != 0 {
 		t.Errorf("podDisruptionBudget.enabled false: %d PDBs", n)
+	}
+
+	// The NetworkPolicy, when asked for: the wait API from pods (and the
+	// CIDRs given), the webhook from its CIDRs, metrics from anywhere.
+	if n := len(all[*networkingv1.NetworkPolicy](r)); n != 0 {
+		t.Errorf("a NetworkPolicy by default (%d): it needs a CNI that enforces it", n)
+	}
+	np := one[*networkingv1.NetworkPolicy](t, mustRender(t, "networkPolicy: {enabled: true, waitApiFromCIDRs: [192.168.0.0/16], webhookFromCIDRs: [10.0.0.0/24]}"))
+	nps, _ := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if !nps.Matches(podLabels) || len(np.Spec.Ingress) != 3 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Fatalf("NetworkPolicy %+v", np.Spec)
+	}
+	byPort := map[string]networkingv1.NetworkPolicyIngressRule{}
+	for _, in := range np.Spec.Ingress {
+		byPort[in.Ports[0].Port.String()] = in
+	}
+	if w := byPort["http"]; len(w.From) != 2 || w.From[0].NamespaceSelector == nil || len(w.From[0].NamespaceSelector.MatchLabels) != 0 || w.From[1].IPBlock == nil || w.From[1].IPBlock.CIDR != "192.168.0.0/16" {
+		t.Errorf("wait API rule %+v: want every namespace's pods and the CIDR given", w)
+	}
+	if w := byPort["webhook"]; len(w.From) != 1 || w.From[0].IPBlock == nil || w.From[0].IPBlock.CIDR != "10.0.0.0/24" {
+		t.Errorf("webhook rule %+v: want the API server's CIDR", w)
+	}
+	if m, ok := byPort["metrics"]; !ok || len(m.From) != 0 {
+		t.Errorf("metrics rule %+v: want from anywhere", m)
 	}
 
 	for _, o := range r.objs {
