@@ -82,6 +82,12 @@ type Handler struct {
 	// ReplicaSet controller, and it drops warnings: this is how the
 	// server makes them seen (a metric, an Event on the pod's owner).
 	NotInjected func(ctx context.Context, n NotInjected)
+
+	// LimitRanges, when set before serving, lists a namespace's
+	// LimitRanges, so that the installer's resources fit them (see
+	// FitLimitRanges). An error is logged and the settings' resources are
+	// used as they are.
+	LimitRanges func(ctx context.Context, namespace string) ([]corev1.LimitRange, error)
 }
 
 // NotInjected is one pod admitted without the agent although it may have
@@ -219,6 +225,18 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 			}
 			s.MaxWait += extra
 			log.Info("max-wait sized from the pod's routes", "max_wait", s.MaxWait, "why", why)
+		}
+	}
+	if h.LimitRanges != nil && !s.ImageVolume {
+		ranges, err := h.LimitRanges(ctx, pod.Namespace)
+		if err != nil {
+			log.Warn("reading the namespace's LimitRanges failed; the installer keeps its resources", "error", err)
+		} else if len(ranges) > 0 {
+			var notes []string
+			s.InstallerResources, notes = FitLimitRanges(installerResources(s.InstallerResources), ranges)
+			if len(notes) > 0 {
+				log.Info("installer resources fitted to the namespace's LimitRanges", "changes", notes)
+			}
 		}
 	}
 	out, ws, err := Mutate(&pod, s)

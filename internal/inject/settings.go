@@ -101,6 +101,19 @@ type Settings struct {
 	PullSecrets []string
 }
 
+// installerResources is r, or when r sets nothing the default: 10m CPU and
+// 16Mi memory as requests and limits.
+func installerResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	if len(r.Requests) > 0 || len(r.Limits) > 0 {
+		return r
+	}
+	small := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(installerCPU),
+		corev1.ResourceMemory: resource.MustParse(installerMemory),
+	}
+	return corev1.ResourceRequirements{Requests: small, Limits: small.DeepCopy()}
+}
+
 // Validate reports settings no pod could be injected with (see the
 // fields), so that a server can refuse to start with them rather than
 // fail every admission.
@@ -127,13 +140,7 @@ func (s Settings) withDefaults() (Settings, error) {
 	if s.Version == "" {
 		s.Version = defaultVersion
 	}
-	if len(s.InstallerResources.Requests) == 0 && len(s.InstallerResources.Limits) == 0 {
-		small := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse(installerCPU),
-			corev1.ResourceMemory: resource.MustParse(installerMemory),
-		}
-		s.InstallerResources = corev1.ResourceRequirements{Requests: small, Limits: small.DeepCopy()}
-	}
+	s.InstallerResources = installerResources(s.InstallerResources)
 	var errs []error
 	if strings.TrimSpace(s.AgentImage) == "" {
 		errs = append(errs, errors.New("no agent image"))

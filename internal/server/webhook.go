@@ -72,6 +72,9 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	if _, err := s.cache.GetInformer(ctx, namespaceObject(), cache.BlockUntilSynced(false)); err != nil {
 		return fmt.Errorf("server: namespace informer: %w", err)
 	}
+	if _, err := s.cache.GetInformer(ctx, &corev1.LimitRange{}, cache.BlockUntilSynced(false)); err != nil {
+		return fmt.Errorf("server: LimitRange informer: %w", err)
+	}
 	go func() {
 		backoff.Retry(ctx, certRetry, func() error {
 			err := w.Certs.Sync(ctx)
@@ -90,6 +93,7 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	if s.targets != nil {
 		h.ExtraWait = s.extraWait
 	}
+	h.LimitRanges = s.limitRanges
 	s.o.Registry.MustRegister(s.metrics.notInjected)
 	rec := s.events.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "draingate-webhook"})
 	h.NotInjected = func(_ context.Context, n inject.NotInjected) {
@@ -143,4 +147,15 @@ func notInjectedRef(n inject.NotInjected) (*corev1.ObjectReference, string) {
 		return &corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Namespace: n.Namespace}, what
 	}
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: n.Namespace}, what
+}
+
+// limitRanges lists a namespace's LimitRanges from the cache.
+func (s *Server) limitRanges(ctx context.Context, ns string) ([]corev1.LimitRange, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var l corev1.LimitRangeList
+	if err := s.cache.List(ctx, &l, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("LimitRanges of namespace %s: %w", ns, err)
+	}
+	return l.Items, nil
 }
