@@ -60,7 +60,7 @@ func TestMutateGatesContainersAddedLater(t *testing.T) {
 	bad := first.DeepCopy()
 	bad.Spec.Containers = append(bad.Spec.Containers, corev1.Container{Name: "proxy", Ports: []corev1.ContainerPort{{ContainerPort: 15001}},
 		VolumeMounts: []corev1.VolumeMount{{Name: "x", MountPath: AgentDir}}})
-	if got, w, _ := Mutate(bad, s); got != bad || len(w) != 1 || !strings.Contains(w[0], "not injected") || !strings.Contains(w[0], `"proxy"`) {
+	if got, w, _ := Mutate(bad, s); got != bad || len(w) != 1 || !strings.Contains(w[0], "not gated") || strings.Contains(w[0], "not injected") || !strings.Contains(w[0], `"proxy"`) {
 		t.Errorf("conflicting added container: changed %t, warnings %q", got != bad, w)
 	}
 }

@@ -331,8 +331,8 @@ func allow(apiVersion string, uid types.UID, warnings ...string) *admissionv1.Ad
 // on its own (no resource quantities in it), so a pod that did not decode
 // whole still names its owner.
 func (h *Handler) tellNotInjected(ctx context.Context, req *admissionv1.AdmissionRequest, warnings []string) {
-	if h.NotInjected == nil {
-		return
+	if h.NotInjected == nil || req.DryRun != nil && *req.DryRun {
+		return // a dry run has no side effects (sideEffects: None)
 	}
 	i := slices.IndexFunc(warnings, func(w string) bool { return strings.HasPrefix(w, notInjectedPrefix) })
 	if i < 0 {

@@ -136,7 +136,7 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 	}
 	if len(problems) > 0 {
 		for i, pr := range problems {
-			problems[i] = notInjectedPrefix + "the containers added after injection are not gated: " + pr
+			problems[i] = warnPrefix + "the containers added after injection are not gated: " + pr
 		}
 		return nil, problems
 	}

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 )
 
 func TestQuantityTooCostly(t *testing.T) {
@@ -114,6 +116,12 @@ func TestHandlerTellsNotInjected(t *testing.T) {
 	wantWarning(t, resp.Warnings, "not injected")
 	if len(told) != 1 {
 		t.Fatalf("told %+v, want the one pod", told)
+	}
+	dry := reviewBody(t, webPod(), func(r *admissionv1.AdmissionReview) { r.Request.DryRun = ptr.To(true) })
+	dry = bytes.Replace(dry, []byte(`"containers":[`), []byte(`"overhead":{"cpu":"1e2147483648"},"containers":[`), 1)
+	answer(t, post(hd, dry), "admission.k8s.io/v1")
+	if len(told) != 1 {
+		t.Errorf("a dry run was reported too: %+v", told)
 	}
 	n := told[0]
 	if n.Namespace != testNS || n.GenerateName != "web-7d9c6b5f4-" || n.Owner == nil || n.Owner.Kind != "ReplicaSet" || n.Owner.Name != "web-7d9c6b5f4" ||

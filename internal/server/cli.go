@@ -372,8 +372,15 @@ func parseResources(v string) (corev1.ResourceList, error) {
 	l := corev1.ResourceList{}
 	for _, kv := range strings.Split(v, ",") {
 		name, q, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		name, q = strings.TrimSpace(name), strings.TrimSpace(q)
 		if !ok || name == "" {
 			return nil, fmt.Errorf("%q is not name=quantity (as in cpu=50m,memory=16Mi)", kv)
+		}
+		// A misspelt name would make the API server refuse every injected
+		// pod: only the container resources it knows, or an extended
+		// resource's qualified name.
+		if name != "cpu" && name != "memory" && name != "ephemeral-storage" && !strings.HasPrefix(name, "hugepages-") && !strings.Contains(name, "/") {
+			return nil, fmt.Errorf("%q is not a container resource: want cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified extended resource", name)
 		}
 		qty, err := resource.ParseQuantity(q)
 		if err != nil || qty.Sign() < 0 {

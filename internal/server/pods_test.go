@@ -470,6 +470,10 @@ func TestPodsAuthorize(t *testing.T) {
 	if !errors.Is(err, waitapi.ErrForbidden) || !strings.Contains(err.Error(), "10.0.0.7, fd00::7") {
 		t.Errorf("from another address: %v; want forbidden, naming the pod's addresses", err)
 	}
+	p.Status.PodIPs = nil
+	if err := r.authorize(context.Background(), req, netip.MustParseAddr("10.0.0.7")); err == nil || errors.Is(err, waitapi.ErrForbidden) {
+		t.Errorf("a pod with no address cached yet: %v; want an error to ask again, not forbidden", err)
+	}
 	if err := r.authorize(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "gone"}, netip.MustParseAddr("10.0.0.7")); !errors.Is(err, waitapi.ErrUnknownPod) {
 		t.Errorf("unknown pod: %v", err)
 	}

@@ -314,6 +314,10 @@ func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, erro
 		cfg := waitapi.Config{MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown}
 		if s.o.WaitAPISources != SourcesAny {
 			cfg.Authorize = s.pods.authorize
+		} else {
+			// Behind a proxy every agent has the proxy's address: a cap
+			// per source would cap them all.
+			cfg.MaxWaitingPerSource = waitapi.DefaultMaxWaiting
 		}
 		serve(s.o.Listener, waitapi.NewHandler(s.pods, cfg))
 		s.log.Info("serving the wait API", "addr", s.o.Listener.Addr().String())

@@ -85,6 +85,10 @@ func (p *pods) authorize(ctx context.Context, req api.DrainRequest, remote netip
 		return fmt.Errorf("read pod from cache: %w", err)
 	}
 	ips := route.IPs(pod)
+	if len(ips) == 0 {
+		// Its address has not reached the cache yet: ask again (503).
+		return errors.New("the pod has no address in the server's cache yet")
+	}
 	for _, ip := range ips {
 		if a, err := netip.ParseAddr(ip); err == nil && a.Unmap() == remote {
 			return nil

@@ -199,15 +199,24 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _
 	out := make([]gate.Observation, 0, len(names))
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		e, present := current[name]
-		fallback, perNode := false, false
+		fallback, nodeOnly := false, false
 		if present && e.Terminating && e.Serving && e.Service != "" {
 			cluster, onNode := s.readyEndpoints(ctx, pod.Namespace, e.Service, pod.Spec.NodeName)
-			perNode = s.localPolicy(ctx, pod.Namespace, e.Service)
-			fallback = Fallback(cluster, onNode, perNode)
+			local := s.localPolicy(ctx, pod.Namespace, e.Service)
+			fallback = Fallback(cluster, onNode, local)
+			nodeOnly = fallback && cluster
 		}
-		o := Judge(e, present, fallback)
-		if fallback && perNode {
-			o.What += ", or none on the pod's node, where the Service's Local traffic policy keeps kube-proxy's traffic"
+		o := Judge(e, present, fallback && !nodeOnly)
+		if nodeOnly {
+			// The Service's other ready endpoints are on other nodes, and
+			// its Local policy keeps this node's traffic here: kube-proxy
+			// sends it while it comes (a load balancer drains the node on
+			// its own health-check schedule, which nothing here sees). The
+			// pod's own traffic says when it stops: the route is out, and
+			// closes when its sources went quiet, the tail being a floor.
+			o.State, o.Out, o.WeighTraffic = StateTerminatingServing, true, true
+			o.What = "the slice lists the pod's endpoint as terminating but serving, the last ready one on its node under the " +
+				"Service's Local traffic policy: kube-proxy there still sends it that node's traffic, until the traffic stops"
 		}
 		o.Name, o.Tail = name, s.tail
 		out = append(out, o)

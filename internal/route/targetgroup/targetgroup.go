@@ -195,8 +195,12 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 		if w != nil {
 			obs, ok = w.Latest()
 		}
+		if served[arn] {
+			s.noteRoute(key, arn)
+		}
 		var o gate.Observation
-		if ok {
+		switch {
+		case ok:
 			state, reason := TargetOf(obs.Targets, ips)
 			registered := served[arn] || state != "" || s.wasRoute(key, arn)
 			if registered {
@@ -205,7 +209,14 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic = true
-		} else {
+		case groupGone(obs.Err) && !s.wasRoute(key, arn):
+			// A binding whose group was deleted in AWS: no route of a pod
+			// it never served (it would otherwise hold every pod of the
+			// namespace until its deadline).
+			o = gate.Observation{Kind: Kind, Synced: true, NotRoute: true, State: StateAbsent,
+				What: "the target group does not exist any more (TargetGroupNotFound), and the pod was never its route"}
+			obs.Err = nil
+		default:
 			o = gate.Observation{Kind: Kind}
 		}
 		o.Name, o.Err = arn, obs.Err
@@ -454,4 +465,10 @@ func SameIP(id, ip string) bool {
 	a, errA := netip.ParseAddr(id)
 	b, errB := netip.ParseAddr(ip)
 	return errA == nil && errB == nil && a.Unmap().WithZone("") == b.Unmap().WithZone("")
+}
+
+// groupGone reports whether err says the target group does not exist.
+func groupGone(err error) bool {
+	var nf *types.TargetGroupNotFoundException
+	return err != nil && errors.As(err, &nf)
 }
