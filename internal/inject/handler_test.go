@@ -143,17 +143,11 @@ func TestHandlerInjects(t *testing.T) {
 	}
 	// The patch applies to the object the API server sent (namespace
 	// empty) and gives what Mutate gives for it.
-	sent := pod.DeepCopy()
-	sent.Namespace = ""
-	raw, _ := json.Marshal(sent)
-	var got corev1.Pod
-	if err := json.Unmarshal(applyPatch(t, raw, resp.Patch), &got); err != nil {
-		t.Fatal(err)
-	}
+	got := patchedPod(t, pod, resp.Patch)
 	want, _, _ := Mutate(pod, testSettings())
 	want.Namespace = ""
 	wantJSON, _ := json.Marshal(want)
-	gotJSON, _ := json.Marshal(&got)
+	gotJSON, _ := json.Marshal(got)
 	if !jsonEqual(t, gotJSON, wantJSON) {
 		t.Errorf("patched pod differs from Mutate's:\n got %s\nwant %s", gotJSON, wantJSON)
 	}
@@ -482,12 +476,7 @@ func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
 		h := NewHandler(func() Settings { return testSettings() }, optedIn().lookup, nil)
 		h.ExtraWait = extra
 		resp := answer(t, post(h, reviewBody(t, pod, nil)), "admission.k8s.io/v1")
-		raw, _ := json.Marshal(pod)
-		var got corev1.Pod
-		if err := json.Unmarshal(applyPatch(t, raw, resp.Patch), &got); err != nil {
-			t.Fatal(err)
-		}
-		return &got
+		return patchedPod(t, pod, resp.Patch)
 	}
 	maxWaitOf := func(p *corev1.Pod) string {
 		cmd := p.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
@@ -518,4 +507,18 @@ func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
 	if got, want := maxWaitOf(patched(t, webPod(), failing)), maxWaitOf(plain); got != want {
 		t.Errorf("max-wait after a failed lookup %q, want the default %q", got, want)
 	}
+}
+
+// patchedPod applies an answer's patch to pod as the API server sent it
+// (reviewBody leaves the namespace out) and decodes the result.
+func patchedPod(t *testing.T, pod *corev1.Pod, patch []byte) *corev1.Pod {
+	t.Helper()
+	sent := pod.DeepCopy()
+	sent.Namespace = ""
+	raw, _ := json.Marshal(sent)
+	var got corev1.Pod
+	if err := json.Unmarshal(applyPatch(t, raw, patch), &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
 }

@@ -23,6 +23,10 @@ func FitLimitRanges(r corev1.ResourceRequirements, ranges []corev1.LimitRange) (
 	if out.Limits == nil {
 		out.Limits = corev1.ResourceList{}
 	}
+	sides := []struct {
+		l    corev1.ResourceList
+		kind string
+	}{{out.Requests, "request"}, {out.Limits, "limit"}}
 	var notes []string
 	set := func(l corev1.ResourceList, kind string, name corev1.ResourceName, q resource.Quantity, why string) {
 		old, had := l[name]
@@ -40,20 +44,14 @@ func FitLimitRanges(r corev1.ResourceRequirements, ranges []corev1.LimitRange) (
 			}
 			why := "LimitRange " + lr.Name
 			for name, min := range item.Min {
-				for _, x := range []struct {
-					l    corev1.ResourceList
-					kind string
-				}{{out.Requests, "request"}, {out.Limits, "limit"}} {
+				for _, x := range sides {
 					if q, ok := x.l[name]; !ok || q.Cmp(min) < 0 {
 						set(x.l, x.kind, name, min, why+" min")
 					}
 				}
 			}
 			for name, max := range item.Max {
-				for _, x := range []struct {
-					l    corev1.ResourceList
-					kind string
-				}{{out.Requests, "request"}, {out.Limits, "limit"}} {
+				for _, x := range sides {
 					if q, ok := x.l[name]; ok && q.Cmp(max) > 0 {
 						set(x.l, x.kind, name, max, why+" max")
 					}

@@ -2,7 +2,6 @@ package inject
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,14 +77,7 @@ func TestHandlerFitsLimitRanges(t *testing.T) {
 	}
 	pod := webPod()
 	resp := answer(t, post(hd, reviewBody(t, pod, nil)), "admission.k8s.io/v1")
-	sent := pod.DeepCopy()
-	sent.Namespace = ""
-	raw, _ := json.Marshal(sent)
-	var got corev1.Pod
-	if err := json.Unmarshal(applyPatch(t, raw, resp.Patch), &got); err != nil {
-		t.Fatal(err)
-	}
-	inst := got.Spec.InitContainers[0]
+	inst := patchedPod(t, pod, resp.Patch).Spec.InitContainers[0]
 	if inst.Name != InstallerName || inst.Resources.Requests.Cpu().String() != "50m" || inst.Resources.Limits.Cpu().String() != "50m" {
 		t.Errorf("installer %s resources %+v, want cpu 50m", inst.Name, inst.Resources)
 	}

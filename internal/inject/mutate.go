@@ -94,26 +94,18 @@ func applies(pod *corev1.Pod, s Settings) bool {
 // Nil without a word when no container is new, or when no container runs
 // the agent (the annotation alone is not injection draingate made).
 func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
-	idx, problems := gatedIndexes(pod)
-	var fresh []int
 	var first *agentArgs
-	for _, i := range idx {
+	for i := range pod.Spec.Containers {
 		if a, ok := agentCommand(&pod.Spec.Containers[i]); ok {
-			if first == nil {
-				first = &a
-			}
-			continue
-		}
-		fresh = append(fresh, i)
-	}
-	if first == nil {
-		for i := range pod.Spec.Containers {
-			if a, ok := agentCommand(&pod.Spec.Containers[i]); ok {
-				first = &a
-				break
-			}
+			first = &a
+			break
 		}
 	}
+	idx, problems := gatedIndexes(pod)
+	fresh := slices.DeleteFunc(idx, func(i int) bool {
+		_, gated := agentCommand(&pod.Spec.Containers[i])
+		return gated
+	})
 	if len(fresh) == 0 || first == nil {
 		return nil, nil
 	}
@@ -121,8 +113,23 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 	problems = append(problems, ps...)
 	t.maxWait, t.fallback = first.maxWait, first.fallback
 	p := &plan{t: t, log: first.log}
-	var notes []string
-	for _, i := range fresh {
+	more, notes := p.gateContainers(pod, fresh, s)
+	problems = append(problems, more...)
+	if len(problems) > 0 {
+		for i, pr := range problems {
+			problems[i] = warnPrefix + "the containers added after injection are not gated: " + pr
+		}
+		return nil, problems
+	}
+	p.grace = graceFor(pod.Spec.TerminationGracePeriodSeconds, t, p.gated)
+	return p, notes
+}
+
+// gateContainers plans the gating of the containers idx: each one's
+// original hook, what keeps it from being gated (problems) and what the
+// user should know (notes).
+func (p *plan) gateContainers(pod *corev1.Pod, idx []int, s Settings) (problems, notes []string) {
+	for _, i := range idx {
 		c := &pod.Spec.Containers[i]
 		hook, problem := translateHook(c)
 		if problem != "" {
@@ -134,14 +141,7 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 		problems = append(problems, containerConflicts(c, s)...)
 		p.gated = append(p.gated, gatedContainer{index: i, hook: hook})
 	}
-	if len(problems) > 0 {
-		for i, pr := range problems {
-			problems[i] = warnPrefix + "the containers added after injection are not gated: " + pr
-		}
-		return nil, problems
-	}
-	p.grace = graceFor(pod.Spec.TerminationGracePeriodSeconds, t, p.gated)
-	return p, notes
+	return problems, notes
 }
 
 // agentArgs are the flags an injected agent hook waits with.
@@ -204,19 +204,8 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 	// is not the app: a shared process namespace (the pause process) or
 	// the host's (its init).
 	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID}
-	var notes []string
-	for _, i := range idx {
-		c := &pod.Spec.Containers[i]
-		hook, problem := translateHook(c)
-		if problem != "" {
-			problems = append(problems, problem)
-		}
-		if hook.warning != "" {
-			notes = append(notes, warnPrefix+hook.warning)
-		}
-		problems = append(problems, containerConflicts(c, s)...)
-		p.gated = append(p.gated, gatedContainer{index: i, hook: hook})
-	}
+	more, notes := p.gateContainers(pod, idx, s)
+	problems = append(problems, more...)
 	if len(problems) > 0 {
 		for i, pr := range problems {
 			problems[i] = notInjectedPrefix + pr
