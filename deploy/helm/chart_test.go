@@ -726,6 +726,7 @@ func TestRBAC(t *testing.T) {
 		"ClusterRole draingate: /services[] list,watch",
 		"ClusterRole draingate: discovery.k8s.io/endpointslices[] list,watch",
 		"ClusterRole draingate: elbv2.k8s.aws/targetgroupbindings[] list,watch",
+		"ClusterRole draingate: authentication.k8s.io/tokenreviews[] create",
 		"ClusterRole draingate: ,events.k8s.io/events[] create,patch",
 	}
 	for _, tc := range []struct {

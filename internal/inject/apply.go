@@ -30,6 +30,9 @@ func agentPath(s Settings) string {
 func (p *plan) apply(pod *corev1.Pod, s Settings) {
 	spec := &pod.Spec
 	spec.Volumes = append(spec.Volumes, agentVolume(s))
+	if p.token {
+		spec.Volumes = append(spec.Volumes, tokenVolume())
+	}
 	if !s.ImageVolume {
 		// First: the installer needs nothing from any other init container,
 		// and a native sidecar (restartPolicy Always) holds back every init
@@ -71,6 +74,10 @@ func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeName, MountPath: mountDir(s), ReadOnly: true})
 	c.Env = append(c.Env, missingEnv(c.Env, s.Server)...)
 	cmd := []string{agentPath(s), "wait", "--max-wait", p.t.maxWait.String(), "--fallback", p.t.fallback.String()}
+	if p.token {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenDir, ReadOnly: true})
+		cmd = append(cmd, "--token-file", TokenDir+"/"+tokenFile)
+	}
 	if p.log {
 		cmd = append(cmd, "--log", agentLogPath)
 	}
@@ -111,6 +118,16 @@ func agentVolume(s Settings) corev1.Volume {
 	return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(s.EmptyDirSizeLimit.DeepCopy())},
 	}}
+}
+
+// tokenVolume is the hostNetwork pod's projected ServiceAccount token, bound
+// to the pod, for the gate server alone (its audience).
+func tokenVolume() corev1.Volume {
+	return corev1.Volume{Name: TokenVolumeName, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: TokenAudience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: tokenFile,
+		}}},
+	}}}
 }
 
 // installer is the init container that copies the agent into the emptyDir.

@@ -668,7 +668,21 @@ func TestMutate(t *testing.T) {
 			}),
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
-				wantCmd(t, out, "web", waitCmd())
+				// Its address is the node's: the agent shows a token
+				// bound to the pod instead.
+				wantCmd(t, out, "web", []string{"/draingate/draingate-prestop", "wait", "--max-wait", "1m30s", "--fallback", "30s",
+					"--token-file", "/var/run/secrets/draingate.dev/token", "--log", "/proc/1/fd/1"})
+				i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolumeName })
+				if i < 0 || out.Spec.Volumes[i].Projected == nil || len(out.Spec.Volumes[i].Projected.Sources) != 1 {
+					t.Fatalf("volumes %+v: want one projected %s", out.Spec.Volumes, TokenVolumeName)
+				}
+				if sat := out.Spec.Volumes[i].Projected.Sources[0].ServiceAccountToken; sat == nil || sat.Audience != "draingate" || sat.Path != "token" || ptr.Deref(sat.ExpirationSeconds, 0) != 3600 {
+					t.Errorf("token projection %+v: want audience draingate, path token, 3600 s", sat)
+				}
+				want := corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenDir, ReadOnly: true}
+				if !slices.ContainsFunc(container(out, "web").VolumeMounts, func(m corev1.VolumeMount) bool { return reflect.DeepEqual(m, want) }) {
+					t.Errorf("mounts %+v: want %+v", container(out, "web").VolumeMounts, want)
+				}
 				wantWarning(t, warnings, "node's DNS", "ClusterFirstWithHostNet", "draingate.draingate-system.svc")
 			},
 		},

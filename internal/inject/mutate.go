@@ -112,7 +112,8 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 	t, ps := podTimings(pod, s)
 	problems = append(problems, ps...)
 	t.maxWait, t.fallback = first.maxWait, first.fallback
-	p := &plan{t: t, log: first.log}
+	// The token volume is there when the first injection put it there.
+	p := &plan{t: t, log: first.log, token: slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolumeName })}
 	more, notes := p.gateContainers(pod, fresh, s)
 	problems = append(problems, more...)
 	if len(problems) > 0 {
@@ -186,6 +187,8 @@ type plan struct {
 	grace *int64
 	// log sends the agent's lines to the app's stdout (see agentLogPath).
 	log bool
+	// token gives the agents the pod's projected token (hostNetwork pods).
+	token bool
 }
 
 type gatedContainer struct {
@@ -203,7 +206,7 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 	// The agent's lines go to PID 1's stdout, the app's own, unless PID 1
 	// is not the app: a shared process namespace (the pause process) or
 	// the host's (its init).
-	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID}
+	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID, token: pod.Spec.HostNetwork}
 	more, notes := p.gateContainers(pod, idx, s)
 	problems = append(problems, more...)
 	if len(problems) > 0 {
@@ -282,8 +285,10 @@ func podConflicts(pod *corev1.Pod, s Settings) []string {
 	if why := windowsPod(pod); why != "" {
 		problems = append(problems, "a Windows pod ("+why+"): the agent is a Linux binary")
 	}
-	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == VolumeName }) {
-		problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", VolumeName))
+	for _, name := range []string{VolumeName, TokenVolumeName} {
+		if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name }) {
+			problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", name))
+		}
 	}
 	if !s.ImageVolume {
 		isInstaller := func(c corev1.Container) bool { return c.Name == InstallerName }
@@ -311,10 +316,10 @@ const serverEnv = "DRAINGATE_SERVER"
 // Mutate adds to it.
 func containerConflicts(c *corev1.Container, s Settings) []string {
 	var problems []string
-	dir := mountDir(s)
+	dirs := []string{mountDir(s), TokenDir}
 	for _, m := range c.VolumeMounts {
-		if path.Clean(m.MountPath) == dir {
-			problems = append(problems, fmt.Sprintf("container %q already mounts something at %s", c.Name, dir))
+		if d := path.Clean(m.MountPath); slices.Contains(dirs, d) {
+			problems = append(problems, fmt.Sprintf("container %q already mounts something at %s", c.Name, d))
 		}
 	}
 	for _, id := range identityEnv {

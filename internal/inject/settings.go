@@ -37,10 +37,18 @@ const (
 
 // Names and paths Mutate adds to a pod.
 const (
-	VolumeName        = "draingate-agent"
-	InstallerName     = "draingate-agent-install"
-	AgentDir          = "/draingate"       // emptyDir mode: where the agent is installed and mounted
-	ImageDir          = "/draingate-image" // image-volume mode: where the agent's image is mounted
+	VolumeName    = "draingate-agent"
+	InstallerName = "draingate-agent-install"
+	AgentDir      = "/draingate"       // emptyDir mode: where the agent is installed and mounted
+	ImageDir      = "/draingate-image" // image-volume mode: where the agent's image is mounted
+	// A hostNetwork pod's agent proves which pod it runs in with a
+	// ServiceAccount token the kubelet projects for the pod, with this
+	// audience, into TokenDir (its address is the node's, shared).
+	TokenVolumeName   = "draingate-token"
+	TokenDir          = "/var/run/secrets/draingate.dev"
+	TokenAudience     = "draingate"
+	tokenFile         = "token"
+	tokenSeconds      = 3600 // the kubelet renews the token at 80% of this
 	agentInImage      = "/bin/draingate-prestop"
 	agentFile         = prestop.InstallName // the agent's file name where it is installed
 	installerUser     = 65532               // distroless "nonroot"

@@ -35,6 +35,7 @@ var waitFlags = []struct{ name, def, usage string }{
 	{"pod-uid", "", "this pod's UID (downward API: metadata.uid)"},
 	{"traffic-evidence", "true", "watch this pod's inbound TCP connections (its own sockets, every " + trafficInterval.String() +
 		") and send a summary with each ask, so the server can see whether routes still bring requests; false, or a kernel that refuses, sends none and the server relies on route tails alone"},
+	{"token-file", "", "a file holding a ServiceAccount token bound to this pod (audience draingate), read before every ask and sent as a bearer token; the injector sets it for hostNetwork pods, whose address (the node's) does not tell the server which pod asks"},
 	{"log", "", "also append the log lines to this file; /proc/1/fd/1 puts them in kubectl logs, since the kubelet drops a successful hook's output"},
 }
 
@@ -244,6 +245,7 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, opts wait
 	cfg.MaxWait = duration("max-wait", false)
 	cfg.Fallback = duration("fallback", false)
 	cfg.PollWait = duration("poll-wait", true)
+	cfg.TokenFile, _ = value("token-file")
 	opts.logPath, _ = value("log")
 	// A bad --traffic-evidence only turns the evidence off: without it the
 	// server relies on route tails alone, which is always safe, so it is

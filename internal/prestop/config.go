@@ -39,6 +39,9 @@ type Config struct {
 	// the request's traffic; it may return nil (no evidence). Nil sends
 	// none, and the server relies on route tails alone.
 	Traffic func() *api.Traffic
+	// TokenFile, when set, holds a token bound to the pod, read before
+	// every ask (the kubelet renews it) and sent as a bearer token.
+	TokenFile string
 	// Then is the container's original preStop hook, run after the wait.
 	Then Hook
 	// Out gets one line per decision, and the exec hook's output; nil

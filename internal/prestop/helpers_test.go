@@ -32,8 +32,9 @@ type reply struct {
 }
 
 type gateAsk struct {
-	at  time.Time
-	req api.DrainRequest
+	at   time.Time
+	req  api.DrainRequest
+	auth string // the Authorization header
 }
 
 // gate is a fake gate server on the in-memory network speaking the wire
@@ -64,7 +65,7 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	n := len(g.asks)
-	g.asks = append(g.asks, gateAsk{time.Now(), req})
+	g.asks = append(g.asks, gateAsk{time.Now(), req, r.Header.Get("Authorization")})
 	g.mu.Unlock()
 	rep := g.script(n, req)
 	if rep.hold {

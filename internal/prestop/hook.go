@@ -53,7 +53,7 @@ func (h Hook) run(ctx context.Context, out io.Writer) (note string, err error) {
 	case h.HTTPGet != "":
 		// Like the kubelet's httpGet handler, any answer means done; the
 		// status is only reported.
-		resp, err := httpGet(ctx, h.HTTPGet, false)
+		resp, err := httpGet(ctx, h.HTTPGet, false, "")
 		if err != nil {
 			return "", err
 		}

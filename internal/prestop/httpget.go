@@ -54,9 +54,10 @@ func checkHTTPURL(raw string) (*url.URL, error) {
 var dial = (&net.Dialer{}).DialContext
 
 // httpGet sends one GET for rawURL and reads the answer, body included
-// (discarded when keepBody is false). ctx bounds everything: dialing,
-// writing, the server's holding time and reading.
-func httpGet(ctx context.Context, rawURL string, keepBody bool) (response, error) {
+// (discarded when keepBody is false), with header (one "Name: value" line,
+// or ""). ctx bounds everything: dialing, writing, the server's holding
+// time and reading.
+func httpGet(ctx context.Context, rawURL string, keepBody bool, header string) (response, error) {
 	u, err := checkHTTPURL(rawURL)
 	if err != nil {
 		return response{}, err
@@ -76,20 +77,26 @@ func httpGet(ctx context.Context, rawURL string, keepBody bool) (response, error
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	resp, err := roundTrip(conn, u, keepBody)
+	resp, err := roundTrip(conn, u, keepBody, header)
 	if err != nil && ctx.Err() != nil {
 		return response{}, ctx.Err()
 	}
 	return resp, err
 }
 
-func roundTrip(conn net.Conn, u *url.URL, keepBody bool) (response, error) {
+func roundTrip(conn net.Conn, u *url.URL, keepBody bool, header string) (response, error) {
+	if strings.ContainsAny(header, "\r\n") {
+		return response{}, errors.New("a header line holds a line break")
+	}
+	if header != "" {
+		header += "\r\n"
+	}
 	// One request per connection: "Connection: close" spares the agent
 	// keep-alive bookkeeping, and it asks at most every few seconds.
 	req := "GET " + u.RequestURI() + " HTTP/1.1\r\n" +
 		"Host: " + u.Host + "\r\n" +
 		"User-Agent: draingate-prestop\r\n" +
-		"Accept: application/json\r\n" +
+		"Accept: application/json\r\n" + header +
 		"Connection: close\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
 		return response{}, err

@@ -38,19 +38,19 @@ func TestHTTPGetFraming(t *testing.T) {
 	}))
 	ctx := context.Background()
 
-	r, err := httpGet(ctx, url+"/chunked", true)
+	r, err := httpGet(ctx, url+"/chunked", true, "")
 	if err != nil || r.status != 200 || !bytes.Equal(r.body, big) {
 		t.Errorf("chunked: status %d, %d bytes, %v", r.status, len(r.body), err)
 	}
-	r, err = httpGet(ctx, url+"/small?q=1", true)
+	r, err = httpGet(ctx, url+"/small?q=1", true, "")
 	if err != nil || r.status != 200 || string(r.body) != `{"released":true}` {
 		t.Errorf("content-length: %d %q %v", r.status, r.body, err)
 	}
-	r, err = httpGet(ctx, url+"/empty", true)
+	r, err = httpGet(ctx, url+"/empty", true, "")
 	if err != nil || r.status != 204 || len(r.body) != 0 {
 		t.Errorf("204: %d %q %v", r.status, r.body, err)
 	}
-	if _, err = httpGet(ctx, url+"/huge", true); !errors.Is(err, errTooLarge) {
+	if _, err = httpGet(ctx, url+"/huge", true, ""); !errors.Is(err, errTooLarge) {
 		t.Errorf("1.25 MiB body: %v, want too large", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestHTTPGetRawAnswers(t *testing.T) {
 		{"", 0, "", "unexpected EOF"},
 	}
 	for _, c := range cases {
-		r, err := httpGet(ctx, rawServer(t, c.answer)+"/", true)
+		r, err := httpGet(ctx, rawServer(t, c.answer)+"/", true, "")
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("%q: got %v, want an error with %q", c.answer, err, c.wantErr)
@@ -119,7 +119,7 @@ func TestHTTPGetHonoursContext(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := time.Now()
-		_, err := httpGet(ctx, url+"/", true)
+		_, err := httpGet(ctx, url+"/", true, "")
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("got %v, want the context's deadline", err)
 		}
@@ -129,7 +129,7 @@ func TestHTTPGetHonoursContext(t *testing.T) {
 
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)
-		if _, err := httpGet(ctx, url+"/", true); !errors.Is(err, context.Canceled) {
+		if _, err := httpGet(ctx, url+"/", true, ""); !errors.Is(err, context.Canceled) {
 			t.Errorf("canceled: got %v", err)
 		}
 	})
@@ -144,7 +144,7 @@ func TestHTTPGetOverTCP(t *testing.T) {
 		io.WriteString(w, `{"released":true}`)
 	}))
 	defer srv.Close()
-	r, err := httpGet(context.Background(), srv.URL+"/x", true)
+	r, err := httpGet(context.Background(), srv.URL+"/x", true, "")
 	if err != nil || r.status != 200 || string(r.body) != `{"released":true}` {
 		t.Errorf("loopback: %d %q %v", r.status, r.body, err)
 	}
@@ -155,7 +155,7 @@ func TestHTTPGetOverTCP(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	if _, err := httpGet(context.Background(), "http://"+addr+"/", true); err == nil || !strings.Contains(err.Error(), "connection refused") {
+	if _, err := httpGet(context.Background(), "http://"+addr+"/", true, ""); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("closed port: got %v, want connection refused", err)
 	}
 }

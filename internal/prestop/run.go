@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -71,6 +72,8 @@ type waiter struct {
 	notFound int    // 404s in a row
 	lastErr  string // the last failure logged, to log only changes
 	lastSeen string // the last waiting verdict logged, likewise
+
+	tokenFailed bool // reading the token file failed, and was logged
 }
 
 func (w *waiter) run(ctx context.Context) {
@@ -185,11 +188,60 @@ func (w *waiter) run(ctx context.Context) {
 func (w *waiter) ask(ctx context.Context, req api.DrainRequest, timeout time.Duration) (response, error) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := httpGet(actx, req.URL(w.cfg.Server), true)
+	resp, err := httpGet(actx, req.URL(w.cfg.Server), true, w.authorization())
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within %s", round(timeout))
 	}
 	return resp, err
+}
+
+// maxTokenSize bounds the token file read: a projected token is about a
+// kilobyte.
+const maxTokenSize = 16 << 10
+
+// authorization is the header line that shows the pod's token, or "" when
+// there is no token file or it cannot be read (said once: the server then
+// answers as it can without).
+func (w *waiter) authorization() string {
+	if w.cfg.TokenFile == "" {
+		return ""
+	}
+	tok, err := readToken(w.cfg.TokenFile)
+	if err != nil {
+		if !w.tokenFailed {
+			w.tokenFailed = true
+			w.log.printf("not sending the pod's token: %v", err)
+		}
+		return ""
+	}
+	return "Authorization: Bearer " + tok
+}
+
+// readToken reads a token file: one line of printable ASCII, at most
+// maxTokenSize bytes.
+func readToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenSize+1))
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	switch {
+	case len(b) > maxTokenSize:
+		return "", fmt.Errorf("%s holds more than %d bytes", path, maxTokenSize)
+	case tok == "":
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	for _, r := range tok {
+		if r <= ' ' || r > '~' {
+			return "", fmt.Errorf("%s holds a character a token has not (%q)", path, r)
+		}
+	}
+	return tok, nil
 }
 
 // refused stops asking and waits out the fallback: the server cannot help

@@ -3,6 +3,9 @@ package prestop
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -82,6 +85,48 @@ func TestReleasedAfterLongPolls(t *testing.T) {
 			t.Errorf("%d waiting lines, want 1:\n%s", n, log.String())
 		}
 		mustContain(t, log.String(), "not released yet (routes: endpointslice/web-x7k2p closed, targetgroup/tg-other ignored, targetgroup/tg-web draining)")
+	})
+}
+
+// With a token file, every ask shows the token read afresh (the kubelet
+// renews it); a file that cannot be read is said once, and the agent asks
+// without.
+func TestTokenFile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(file, []byte("tok-1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g := newGate(t, func(n int, _ api.DrainRequest) reply {
+			switch n {
+			case 0:
+				os.WriteFile(file, []byte("tok-2"), 0o600)
+			case 1:
+				os.WriteFile(file, []byte("tok 3"), 0o600)
+			case 2:
+				os.Remove(file)
+			case 4:
+				return released(api.ReasonDrained)
+			}
+			return waiting(true)
+		})
+		var log testutil.SyncBuffer
+		cfg := config(g.URL, &log)
+		cfg.TokenFile = file
+		if res := Run(context.Background(), cfg); res.Outcome != Released {
+			t.Fatalf("got %+v", res)
+		}
+		var got []string
+		for _, a := range g.recorded() {
+			got = append(got, a.auth)
+		}
+		if want := []string{"Bearer tok-1", "Bearer tok-2", "", "", ""}; !slices.Equal(got, want) {
+			t.Errorf("Authorization headers %q, want %q", got, want)
+		}
+		if n := strings.Count(log.String(), "not sending the pod's token"); n != 1 {
+			t.Errorf("%d lines about the token, want 1:\n%s", n, log.String())
+		}
+		mustContain(t, log.String(), "holds a character a token has not")
 	})
 }
 

@@ -30,6 +30,9 @@ type pods struct {
 	// consistent read): it confirms that a pod the cache sees as not
 	// terminating really is not, before the agent is let go.
 	live func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// tokens, when set, reviews the tokens agents show (hostNetwork pods'
+	// agents: see authorize).
+	tokens *tokens
 	// reserve is taken off the pod's deletionTimestamp for its deadline.
 	reserve time.Duration
 	// linger is how long a pod counts as waiting after its agent last
@@ -47,9 +50,19 @@ type pods struct {
 
 	synced atomic.Bool // the pod cache and the sources synced
 
+	// mu guards the terminating pods' states; it is held while a pod's
+	// routes are observed and the gate steps. Events that concern no
+	// tracked pod never take it: a cluster's stream of pod updates and
+	// slice changes goes by while a decision is made.
 	mu     sync.Mutex
 	closed bool
 	pods   map[string]*podState // "namespace/name" → a terminating pod
+
+	// byNS counts the tracked pods per namespace (written under mu too).
+	nsMu sync.Mutex
+	byNS map[string]int
+
+	subsMu sync.Mutex
 	subs   map[string]map[chan struct{}]struct{}
 }
 
@@ -69,7 +82,7 @@ type podState struct {
 }
 
 func newPods() *pods {
-	return &pods{pods: map[string]*podState{}, subs: map[string]map[chan struct{}]struct{}{}}
+	return &pods{pods: map[string]*podState{}, byNS: map[string]int{}, subs: map[string]map[chan struct{}]struct{}{}}
 }
 
 // stateLocked returns the pod's state, making it on first sight. A state
@@ -84,6 +97,7 @@ func (p *pods) stateLocked(pod *corev1.Pod, now time.Time) *podState {
 	if st == nil {
 		st = &podState{key: key, mem: gate.Memory{TerminatingSince: now}}
 		p.pods[key.String()] = st
+		p.countNS(key.Namespace, 1)
 		p.count()
 	}
 	return st
@@ -93,6 +107,7 @@ func (p *pods) stateLocked(pod *corev1.Pod, now time.Time) *podState {
 func (p *pods) dropLocked(st *podState) {
 	if p.pods[st.key.String()] == st {
 		delete(p.pods, st.key.String())
+		p.countNS(st.key.Namespace, -1)
 		p.count()
 	}
 	if st.timer != nil {
@@ -105,6 +120,24 @@ func (p *pods) forget(st *podState) {
 	for _, src := range p.sources {
 		src.Forget(st.key)
 	}
+}
+
+func (p *pods) countNS(ns string, d int) {
+	p.nsMu.Lock()
+	defer p.nsMu.Unlock()
+	if p.byNS[ns] += d; p.byNS[ns] <= 0 {
+		delete(p.byNS, ns)
+	}
+}
+
+// tracks says whether any pod of namespace ("" for any) is tracked.
+func (p *pods) tracks(namespace string) bool {
+	p.nsMu.Lock()
+	defer p.nsMu.Unlock()
+	if namespace == "" {
+		return len(p.byNS) > 0
+	}
+	return p.byNS[namespace] > 0
 }
 
 func (p *pods) count() {
@@ -164,7 +197,7 @@ func (p *pods) gatePod(pod *corev1.Pod) gate.Pod {
 // wakes its long-polls. An error keeps the memory as it was; the next
 // change or the agent's next ask tries again.
 func (p *pods) refreshLocked(st *podState) {
-	defer p.signalLocked(st.key.String())
+	defer p.signal(st.key.String())
 	if p.closed || !p.synced.Load() {
 		return
 	}
@@ -178,7 +211,15 @@ func (p *pods) refreshLocked(st *podState) {
 // podChanged is the pod informer's add and update handler.
 func (p *pods) podChanged(o any) {
 	pod, ok := o.(*corev1.Pod)
-	if !ok || !p.synced.Load() && pod.DeletionTimestamp == nil {
+	if !ok {
+		return
+	}
+	key := pod.Namespace + "/" + pod.Name
+	if pod.DeletionTimestamp == nil {
+		// Nothing to decide: a long-poll about it (a restart's) re-reads.
+		if p.synced.Load() {
+			p.signal(key)
+		}
 		return
 	}
 	p.mu.Lock()
@@ -186,13 +227,11 @@ func (p *pods) podChanged(o any) {
 	if p.closed {
 		return
 	}
-	if pod.DeletionTimestamp != nil {
-		st := p.stateLocked(pod, p.now())
-		if p.synced.Load() {
-			p.decideLocked(context.Background(), pod, st, p.now())
-		}
+	st := p.stateLocked(pod, p.now())
+	if p.synced.Load() {
+		p.decideLocked(context.Background(), pod, st, p.now())
 	}
-	p.signalLocked(pod.Namespace + "/" + pod.Name)
+	p.signal(key)
 }
 
 // podDeleted is the pod informer's delete handler.
@@ -205,19 +244,21 @@ func (p *pods) podDeleted(o any) {
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if st := p.pods[key]; st != nil && st.key.UID == string(pod.UID) {
-		p.dropLocked(st)
+	if pod.DeletionTimestamp != nil || p.tracks(pod.Namespace) {
+		p.mu.Lock()
+		if st := p.pods[key]; st != nil && st.key.UID == string(pod.UID) {
+			p.dropLocked(st)
+		}
+		p.mu.Unlock()
 	}
-	p.signalLocked(key)
+	p.signal(key)
 }
 
 // routesChanged re-observes the tracked pods whose routes may have changed:
 // every pod for namespace "", every pod of the namespace for name "". The
 // sources call it.
 func (p *pods) routesChanged(namespace, name string) {
-	if !p.synced.Load() {
+	if !p.synced.Load() || !p.tracks(namespace) {
 		return
 	}
 	p.mu.Lock()
@@ -241,7 +282,7 @@ func (p *pods) sweep(now time.Time) {
 			p.dropLocked(st)
 			continue
 		}
-		if len(p.subs[key]) > 0 || st.asked.IsZero() || now.Sub(st.asked) < p.linger {
+		if p.subscribed(key) || st.asked.IsZero() || now.Sub(st.asked) < p.linger {
 			continue
 		}
 		st.asked = time.Time{}
@@ -262,7 +303,17 @@ func (p *pods) close() {
 	}
 }
 
-func (p *pods) signalLocked(key string) {
+// subscribed says whether a long-poll waits on the pod.
+func (p *pods) subscribed(key string) bool {
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
+	return len(p.subs[key]) > 0
+}
+
+// signal wakes the long-polls waiting on the pod.
+func (p *pods) signal(key string) {
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
 	for ch := range p.subs[key] {
 		select {
 		case ch <- struct{}{}:

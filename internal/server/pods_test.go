@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,8 @@ type scripted struct {
 	known   [][]string
 	forgot  []route.PodKey
 	ports   []uint16 // the routes' ports (traffic evidence applies)
+	// block, when set, holds every Observe until it is closed.
+	block chan struct{}
 }
 
 func (s *scripted) Kind() string                                                   { return "test" }
@@ -49,6 +52,9 @@ func (s *scripted) Ready() error                                                
 func (s *scripted) Start(context.Context, cache.Cache, func(string, string)) error { return nil }
 
 func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
+	if s.block != nil {
+		<-s.block
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.waiting, s.known = append(s.waiting, waiting), append(s.known, known)
@@ -462,19 +468,144 @@ func TestPodsAuthorize(t *testing.T) {
 	r.mu.Unlock()
 	req := api.DrainRequest{Namespace: "shop", Pod: "web"}
 	for _, from := range []string{"10.0.0.7", "fd00::7"} {
-		if err := r.authorize(context.Background(), req, netip.MustParseAddr(from)); err != nil {
+		if err := r.authorize(context.Background(), req, waitapi.Caller{Addr: netip.MustParseAddr(from)}); err != nil {
 			t.Errorf("from the pod's %s: %v", from, err)
 		}
 	}
-	err := r.authorize(context.Background(), req, netip.MustParseAddr("10.0.0.8"))
+	err := r.authorize(context.Background(), req, waitapi.Caller{Addr: netip.MustParseAddr("10.0.0.8")})
 	if !errors.Is(err, waitapi.ErrForbidden) || !strings.Contains(err.Error(), "10.0.0.7, fd00::7") {
 		t.Errorf("from another address: %v; want forbidden, naming the pod's addresses", err)
 	}
 	p.Status.PodIPs = nil
-	if err := r.authorize(context.Background(), req, netip.MustParseAddr("10.0.0.7")); err == nil || errors.Is(err, waitapi.ErrForbidden) {
+	if err := r.authorize(context.Background(), req, waitapi.Caller{Addr: netip.MustParseAddr("10.0.0.7")}); err == nil || errors.Is(err, waitapi.ErrForbidden) {
 		t.Errorf("a pod with no address cached yet: %v; want an error to ask again, not forbidden", err)
 	}
-	if err := r.authorize(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "gone"}, netip.MustParseAddr("10.0.0.7")); !errors.Is(err, waitapi.ErrUnknownPod) {
+	if err := r.authorize(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "gone"}, waitapi.Caller{Addr: netip.MustParseAddr("10.0.0.7")}); !errors.Is(err, waitapi.ErrUnknownPod) {
 		t.Errorf("unknown pod: %v", err)
 	}
+}
+
+// A hostNetwork pod's address is its node's: only a token bound to the pod
+// lets its agent in. Token answers are cached, refusals too.
+func TestPodsAuthorizeHostNetwork(t *testing.T) {
+	r := newRig()
+	p := r.put("u1", true)
+	p.Spec.HostNetwork = true
+	p.Status.PodIPs = []corev1.PodIP{{IP: "192.168.1.5"}}
+	r.mu.Lock()
+	r.cached["shop/web"] = p
+	r.mu.Unlock()
+	reviews := 0
+	bound := func(ns, name, uid string) authenticationv1.TokenReviewStatus {
+		return authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"draingate"}, User: authenticationv1.UserInfo{
+			Username: "system:serviceaccount:" + ns + ":default",
+			Extra:    map[string]authenticationv1.ExtraValue{extraPodName: {name}, extraPodUID: {uid}}}}
+	}
+	now := time.Unix(1000, 0)
+	r.tokens = &tokens{audience: "draingate", now: func() time.Time { return now },
+		review: func(_ context.Context, token, audience string) (authenticationv1.TokenReviewStatus, error) {
+			reviews++
+			switch token {
+			case "web":
+				return bound("shop", "web", "u1"), nil
+			case "other":
+				return bound("shop", "other", "u9"), nil
+			case "stale":
+				return bound("shop", "web", "u0"), nil
+			case "sa":
+				st := bound("shop", "", "")
+				st.User.Extra = nil
+				return st, nil
+			case "aud":
+				st := bound("shop", "web", "u1")
+				st.Audiences = []string{"https://kubernetes.default.svc"}
+				return st, nil
+			case "down":
+				return authenticationv1.TokenReviewStatus{}, errors.New("connection refused")
+			}
+			return authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, nil
+		}}
+	req := api.DrainRequest{Namespace: "shop", Pod: "web"}
+	node := netip.MustParseAddr("192.168.1.5")
+	if err := r.authorize(context.Background(), req, waitapi.Caller{Addr: node}); !errors.Is(err, waitapi.ErrForbidden) || !strings.Contains(err.Error(), "token") {
+		t.Errorf("from the node's address without a token: %v; want forbidden, asking for the token", err)
+	}
+	for _, tc := range []struct {
+		token, want string
+	}{
+		{"web", ""},
+		{"other", "bound to pod shop/other"},
+		{"stale", "uid u0"},
+		{"sa", "bound to no pod"},
+		{"aud", "audiences"},
+		{"forged", "does not authenticate (invalid bearer token)"},
+	} {
+		err := r.authorize(context.Background(), req, waitapi.Caller{Addr: node, Token: tc.token})
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.Is(err, waitapi.ErrForbidden) || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("token %q: %v; want %q", tc.token, err, tc.want)
+		}
+	}
+	if err := r.authorize(context.Background(), req, waitapi.Caller{Addr: node, Token: "down"}); err == nil || errors.Is(err, waitapi.ErrForbidden) {
+		t.Errorf("the API server unreachable: %v; want an error to ask again, not forbidden", err)
+	}
+	before := reviews
+	for _, tok := range []string{"web", "forged"} {
+		r.authorize(context.Background(), req, waitapi.Caller{Addr: node, Token: tok})
+	}
+	if reviews != before {
+		t.Errorf("%d more reviews for tokens just reviewed; want the cached answers", reviews-before)
+	}
+	now = now.Add(tokenRefused + time.Second)
+	r.authorize(context.Background(), req, waitapi.Caller{Addr: node, Token: "web"})
+	r.authorize(context.Background(), req, waitapi.Caller{Addr: node, Token: "forged"})
+	if reviews != before+1 {
+		t.Errorf("after %s: %d more reviews; want the refusal reviewed again, the good token still cached", tokenRefused, reviews-before)
+	}
+	// A token also lets in an agent whose address the server cannot see
+	// as the pod's (a non-hostNetwork pod behind a proxy).
+	p.Spec.HostNetwork = false
+	if err := r.authorize(context.Background(), req, waitapi.Caller{Addr: netip.MustParseAddr("10.9.9.9"), Token: "web"}); err != nil {
+		t.Errorf("a pod's token from another address: %v", err)
+	}
+}
+
+// A decision in progress (here a source's observation that does not
+// return) holds no event that concerns no terminating pod: other pods'
+// updates and deletions, route changes in other namespaces and new
+// long-polls go through.
+func TestPodsEventsPassADecision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.src.block = make(chan struct{})
+		go r.put("u1", true) // terminating: decides, and blocks in Observe
+		synctest.Wait()
+		other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api", UID: "u2"}}
+		elsewhere := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "billing", Name: "db", UID: "u3"}}
+		var done []string
+		var mu sync.Mutex
+		for name, f := range map[string]func(){
+			"another pod's update":            func() { r.podChanged(other) },
+			"another namespace's pod deleted": func() { r.podDeleted(elsewhere) },
+			"another namespace's routes":      func() { r.routesChanged("billing", "") },
+			"a long-poll subscribing":         func() { _, stop := r.Changed(api.DrainRequest{Namespace: "shop", Pod: "api"}); stop() },
+		} {
+			go func() {
+				f()
+				mu.Lock()
+				done = append(done, name)
+				mu.Unlock()
+			}()
+		}
+		synctest.Wait()
+		mu.Lock()
+		if len(done) != 4 {
+			t.Errorf("while a decision is made, only %q went through; want all four", done)
+		}
+		mu.Unlock()
+		close(r.src.block)
+		synctest.Wait()
+		if st := r.state(); st == nil || st.mem.Known("test") == nil {
+			t.Errorf("the blocked decision did not complete: %+v", st)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -208,6 +209,16 @@ func New(o Options) (*Server, error) {
 	p.live = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}
+	p.tokens = &tokens{audience: inject.TokenAudience, now: o.Now,
+		review: func(ctx context.Context, token, audience string) (authenticationv1.TokenReviewStatus, error) {
+			tr, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+				Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return authenticationv1.TokenReviewStatus{}, err
+			}
+			return tr.Status, nil
+		}}
 	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log, released: s.metrics.released}
 	p.tracked = s.metrics.setTracked
 	p.ready = s.ready

@@ -14,6 +14,7 @@ import (
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
 )
@@ -67,13 +68,14 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	return v, nil
 }
 
-// authorize lets the wait API answer about a pod only requests from one of
-// the pod's own addresses: its agent asks from inside the pod's network
-// namespace, so anything else is somebody else (who would learn the pod's
-// routes and target groups, and hold long-polls and AWS polling for a pod
-// it does not own). A hostNetwork pod's address is its node's, which its
-// node's other hostNetwork pods share.
-func (p *pods) authorize(ctx context.Context, req api.DrainRequest, remote netip.Addr) error {
+// authorize lets the wait API answer about a pod only its own agent: a
+// request from one of the pod's addresses (the agent asks from inside the
+// pod's network namespace), or one showing a ServiceAccount token bound to
+// the pod (see tokens). Anybody else would learn the pod's routes and
+// target groups, and hold long-polls and AWS polling for a pod it does not
+// own. A hostNetwork pod's address is its node's, which the node's other
+// hostNetwork pods and processes share: only the token counts for it.
+func (p *pods) authorize(ctx context.Context, req api.DrainRequest, c waitapi.Caller) error {
 	if err := p.ready(); err != nil {
 		return err
 	}
@@ -85,14 +87,33 @@ func (p *pods) authorize(ctx context.Context, req api.DrainRequest, remote netip
 		return fmt.Errorf("read pod from cache: %w", err)
 	}
 	ips := route.IPs(pod)
-	if len(ips) == 0 {
-		// Its address has not reached the cache yet: ask again (503).
-		return errors.New("the pod has no address in the server's cache yet")
-	}
-	for _, ip := range ips {
-		if a, err := netip.ParseAddr(ip); err == nil && a.Unmap() == remote {
-			return nil
+	if !pod.Spec.HostNetwork {
+		if len(ips) == 0 {
+			// Its address has not reached the cache yet: ask again (503).
+			return errors.New("the pod has no address in the server's cache yet")
 		}
+		for _, ip := range ips {
+			if a, err := netip.ParseAddr(ip); err == nil && a.Unmap() == c.Addr {
+				return nil
+			}
+		}
+	}
+	if c.Token != "" && p.tokens != nil {
+		b, err := p.tokens.podOf(ctx, c.Token)
+		switch {
+		case errors.Is(err, errTokenRefused):
+			return fmt.Errorf("%w: %w", waitapi.ErrForbidden, err)
+		case err != nil:
+			return err
+		case b.namespace != pod.Namespace || b.name != pod.Name || b.uid != string(pod.UID):
+			return fmt.Errorf("%w: the token shown is bound to pod %s, not to %s/%s (uid %s)", waitapi.ErrForbidden, b, pod.Namespace, pod.Name, pod.UID)
+		}
+		return nil
+	}
+	if pod.Spec.HostNetwork {
+		return fmt.Errorf("%w: a hostNetwork pod shares its node's address, so the wait API answers its agent only with a ServiceAccount token "+
+			"bound to the pod (audience %s), which the injector mounts (--token-file); a pod injected before this version has none: re-create it",
+			waitapi.ErrForbidden, inject.TokenAudience)
 	}
 	return fmt.Errorf("%w: the wait API answers a pod's own agent only, from one of the pod's addresses (%s); "+
 		"if a proxy or mesh sidecar in front of the server hides the agents' addresses, run it with --wait-api-sources=any",
@@ -133,19 +154,19 @@ func (p *pods) confirmNotTerminating(ctx context.Context, cached *corev1.Pod, v 
 func (p *pods) Changed(req api.DrainRequest) (<-chan struct{}, func()) {
 	key := req.Namespace + "/" + req.Pod
 	ch := make(chan struct{}, 1)
-	p.mu.Lock()
+	p.subsMu.Lock()
 	if p.subs[key] == nil {
 		p.subs[key] = map[chan struct{}]struct{}{}
 	}
 	p.subs[key][ch] = struct{}{}
-	p.mu.Unlock()
+	p.subsMu.Unlock()
 	return ch, func() {
-		p.mu.Lock()
+		p.subsMu.Lock()
 		delete(p.subs[key], ch)
 		if len(p.subs[key]) == 0 {
 			delete(p.subs, key)
 		}
-		p.mu.Unlock()
+		p.subsMu.Unlock()
 	}
 }
 

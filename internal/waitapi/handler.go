@@ -85,10 +85,9 @@ type Config struct {
 	// out MaxWait. Optional.
 	Shutdown <-chan struct{}
 	// Authorize, when set, is asked before anything about the pod is read
-	// or waited for: the request and the address it came from. An error
-	// wrapping ErrForbidden is answered 403, ErrUnknownPod 404, any other
-	// 503.
-	Authorize func(ctx context.Context, req api.DrainRequest, remote netip.Addr) error
+	// or waited for: the request and who sent it. An error wrapping
+	// ErrForbidden is answered 403, ErrUnknownPod 404, any other 503.
+	Authorize func(ctx context.Context, req api.DrainRequest, caller Caller) error
 	// MaxWaitingPerSource caps the long-polls held at once for one source
 	// address, so that one client cannot take the global cap from the
 	// others; past it, its requests are answered at once. Zero or negative
@@ -104,7 +103,7 @@ type handler struct {
 	metrics    *Metrics
 	ready      func() error
 	shutdown   <-chan struct{}
-	authorize  func(ctx context.Context, req api.DrainRequest, remote netip.Addr) error
+	authorize  func(ctx context.Context, req api.DrainRequest, caller Caller) error
 
 	perSource int
 	mu        sync.Mutex
@@ -205,7 +204,7 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
 	var v api.Verdict
 	if h.authorize != nil {
-		err = h.authorize(ctx, req, remote)
+		err = h.authorize(ctx, req, Caller{Addr: remote, Token: bearer(r)})
 	}
 	if err == nil {
 		v, err = h.gate.Verdict(ctx, req)
@@ -321,6 +320,23 @@ func (h *handler) release(remote netip.Addr) {
 	if h.bySource[remote]--; h.bySource[remote] <= 0 {
 		delete(h.bySource, remote)
 	}
+}
+
+// Caller is who sent a request: its source address and the bearer token
+// it showed, if any (an agent in a hostNetwork pod shows its pod's
+// projected ServiceAccount token).
+type Caller struct {
+	Addr  netip.Addr
+	Token string
+}
+
+// bearer is the request's "Authorization: Bearer" token, or "".
+func bearer(r *http.Request) string {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
 }
 
 // remoteAddr is the request's source address (the zero Addr when the

@@ -159,6 +159,8 @@ func (memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("no memServer at %s", req.URL.Host)
 	}
 	sreq := httptest.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), req.Body)
+	sreq.Header = req.Header.Clone()
+	sreq.Header.Del(remoteHeader)
 	if from := req.Header.Get(remoteHeader); from != "" {
 		sreq.RemoteAddr = from // where the request comes from, as the server sees it
 	}
@@ -229,7 +231,7 @@ func do(t *testing.T, ctx context.Context, method, url string) answer {
 const remoteHeader = "X-Test-Remote-Addr"
 
 // getFrom is get from the address remote ("10.0.0.7:40000").
-func getFrom(t *testing.T, url, remote string) answer {
+func getFrom(t *testing.T, url, remote string, header ...string) answer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -238,6 +240,9 @@ func getFrom(t *testing.T, url, remote string) answer {
 		t.Fatal(err)
 	}
 	req.Header.Set(remoteHeader, remote)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
@@ -728,14 +733,15 @@ func TestNilMetrics(t *testing.T) {
 	}
 }
 
-// Authorize sees the request and its source before the gate is asked:
-// ErrForbidden is a 403 naming the source, and the gate is never read.
+// Authorize sees the request, its source and its bearer token before the
+// gate is asked: ErrForbidden is a 403 naming the source, and the gate is
+// never read.
 func TestAuthorize(t *testing.T) {
 	var seen []netip.Addr
-	f := newFixture(t, Config{Authorize: func(_ context.Context, req api.DrainRequest, remote netip.Addr) error {
-		seen = append(seen, remote)
-		if remote != netip.MustParseAddr("10.0.0.7") {
-			return fmt.Errorf("%w: the request comes from %s, not from one of the pod's addresses", ErrForbidden, remote)
+	f := newFixture(t, Config{Authorize: func(_ context.Context, req api.DrainRequest, c Caller) error {
+		seen = append(seen, c.Addr)
+		if c.Addr != netip.MustParseAddr("10.0.0.7") && c.Token != "pod-token" {
+			return fmt.Errorf("%w: the request comes from %s, not from one of the pod's addresses", ErrForbidden, c.Addr)
 		}
 		return nil
 	}})
@@ -750,8 +756,16 @@ func TestAuthorize(t *testing.T) {
 	if len(seen) != 2 || seen[1] != netip.MustParseAddr("10.0.0.7") {
 		t.Errorf("sources seen %v, want the two, IPv4-mapped unmapped", seen)
 	}
-	if n := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeForbidden)); n != 1 {
-		t.Errorf("forbidden outcomes %v, want 1", n)
+	for _, tc := range []struct {
+		header string
+		status int
+	}{{"Bearer pod-token", 200}, {"bearer  pod-token ", 200}, {"Basic pod-token", 403}, {"pod-token", 403}} {
+		if a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", ""), "10.0.0.8:5555", "Authorization", tc.header); a.status != tc.status {
+			t.Errorf("Authorization %q: %d %s, want %d", tc.header, a.status, a.body, tc.status)
+		}
+	}
+	if n := testutil.ToFloat64(f.m.Waits.WithLabelValues(OutcomeForbidden)); n != 3 {
+		t.Errorf("forbidden outcomes %v, want 3", n)
 	}
 }
 
