@@ -10,13 +10,16 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/testenv"
 	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/internal/waitapi"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -53,7 +56,9 @@ func restricted(spec *corev1.PodSpec) {
 
 // TestChartInstallsAndInjects installs the chart with the Helm Go library,
 // then: a Deployment in a namespace labelled for injection (and enforcing
-// Pod Security `restricted`) gets mutated pods; deleting one runs the agent
+// Pod Security `restricted`, and a LimitRange whose minimum is above the
+// installer's default resources) gets mutated pods; deleting one, while
+// another pod floods the wait API (see floodRun), runs the agent
 // inside the app container, which waits for the gate's release, and then
 // the original exec hook (its log line is the side effect); with the gate
 // server scaled to zero, pods are still created, unmutated, and the API
@@ -91,6 +96,19 @@ func TestChartInstallsAndInjects(t *testing.T) {
 	defer c.Client.CoreV1().Namespaces().Delete(context.Background(), app, metav1.DeleteOptions{})
 
 	if err := WaitInjecting(ctx, c.Client, app, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A LimitRange whose minimum is above the installer's default
+	// resources: the API server's LimitRanger (after the webhook) would
+	// refuse every injected pod, and the ReplicaSet would create none,
+	// unless the webhook fits the installer to it.
+	q := resource.MustParse
+	if _, err := c.Client.CoreV1().LimitRanges(app).Create(ctx, &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "floor"},
+		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer,
+			Min:            corev1.ResourceList{corev1.ResourceCPU: q("20m"), corev1.ResourceMemory: q("24Mi")},
+			DefaultRequest: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("32Mi")},
+			Default:        corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("64Mi")},
+		}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app": "web"}
@@ -142,6 +160,11 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		t.Errorf("grace period %d s: want raised to fit max-wait 60 s and the shutdown budget 10 s", g)
 	}
 	t.Logf("injected preStop: %q", hook)
+	if inst := victim.Spec.InitContainers[0]; inst.Name != inject.InstallerName || inst.Resources.Requests.Cpu().Cmp(q("20m")) < 0 {
+		t.Errorf("first init container %s with requests %v: want the installer fitted to the LimitRange's minimum", inst.Name, inst.Resources.Requests)
+	}
+
+	flood := startFlood(t, ctx, c, app, victim)
 
 	logs, err := c.Client.CoreV1().Pods(app).GetLogs(victim.Name, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
 	if err != nil {
@@ -159,6 +182,9 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		case strings.HasPrefix(line, "draingate-prestop: released"):
 			order = append(order, "released")
 			t.Log(line)
+			if !strings.Contains(line, string(api.ReasonDrained)) {
+				t.Errorf("victim released %q during the flood: want released because its routes closed (%s)", line, api.ReasonDrained)
+			}
 		case strings.HasPrefix(line, "draingate-prestop: "):
 			t.Log(line)
 		case strings.HasPrefix(line, "hook-start "):
@@ -170,6 +196,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 	if strings.Join(order, ",") != "released,original-hook,sigterm" {
 		t.Errorf("container log order %q: want the gate's release, then the original hook, then SIGTERM", order)
 	}
+	flood.check(t, ctx)
 
 	// The gate server down: pods are still created, unmutated.
 	deploy := release
@@ -215,4 +242,133 @@ func failOpen(t *testing.T, ctx context.Context, c *testenv.Cluster) float64 {
 		}
 	}
 	return sum
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// floodRun is a pod that abuses the wait API while the test's victim is
+// released: one of its containers asks about the victim (every answer must
+// be 403) and holds 40 long-polls about its own terminating pod, which is
+// held (it is its Service's only endpoint, so the route stays open); the
+// server holds at most waitapi.DefaultMaxWaitingPerSource of them at once
+// and answers the rest at once, so the flood cannot take the long-poll cap
+// from the victim's agent.
+type floodRun struct {
+	victimURL, selfURL string
+	lines              chan []string
+}
+
+const flooders = 40
+
+func startFlood(t *testing.T, ctx context.Context, c *testenv.Cluster, ns string, victim corev1.Pod) *floodRun {
+	t.Helper()
+	server := ""
+	for _, e := range victim.Spec.Containers[0].Env {
+		if e.Name == "DRAINGATE_SERVER" {
+			server = e.Value
+		}
+	}
+	if server == "" {
+		t.Fatalf("the victim's gated container has no DRAINGATE_SERVER: %+v", victim.Spec.Containers[0].Env)
+	}
+	f := &floodRun{
+		victimURL: api.DrainRequest{Namespace: ns, Pod: victim.Name, UID: string(victim.UID)}.URL(server),
+		selfURL:   api.DrainRequest{Namespace: ns, Pod: "abuse", Wait: 10 * time.Second}.URL(server),
+		lines:     make(chan []string, 1),
+	}
+	labels := map[string]string{"app": "abuse"}
+	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "abuse"},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromString("http")}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+	}, {
+		Name: "flood", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever,
+		Args: []string{"flood", "-for", "45s", "4=" + f.victimURL, fmt.Sprintf("%d=%s", flooders, f.selfURL)},
+	}}}
+	restricted(&spec)
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "abuse", Labels: labels}, Spec: spec},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, ctx, "the flooding pod Ready", func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "abuse", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	logs, err := c.Client.CoreV1().Pods(ns).GetLogs("abuse", &corev1.PodLogOptions{Container: "flood", Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer logs.Close()
+		var lines []string
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+		f.lines <- lines
+	}()
+	// Terminating, it is held: its agent waits, and so do its long-polls.
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "abuse", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// check reads the flood's counts once it ends.
+func (f *floodRun) check(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var lines []string
+	select {
+	case lines = <-f.lines:
+	case <-ctx.Done():
+		t.Fatal("the flood did not end")
+	}
+	// "flood <url> <key>=<n>...": answers by status, and held-max.
+	counts := map[string]map[string]int{}
+	for _, l := range lines {
+		t.Log(l)
+		fields := strings.Fields(l)
+		if len(fields) < 2 || fields[0] != "flood" {
+			continue
+		}
+		if counts[fields[1]] == nil {
+			counts[fields[1]] = map[string]int{}
+		}
+		for _, kv := range fields[2:] {
+			k, v, _ := strings.Cut(kv, "=")
+			n := 0
+			fmt.Sscan(v, &n)
+			counts[fields[1]][k] = n
+		}
+	}
+	// 403 while the victim exists; once it is gone, the server knows no
+	// such pod (404). Never a verdict.
+	victim := counts[f.victimURL]
+	delete(victim, "held-max")
+	if victim["403"] == 0 || victim["403"]+victim["404"] != sum(victim) {
+		t.Errorf("answers to another pod asking about the victim: %v; want 403 every time (404 once it is gone)", victim)
+	}
+	held := counts[f.selfURL]["held-max"]
+	if held == 0 || held > waitapi.DefaultMaxWaitingPerSource {
+		t.Errorf("the server held %d of the flooding pod's %d long-polls at once; want some, at most %d", held, flooders, waitapi.DefaultMaxWaitingPerSource)
+	}
 }

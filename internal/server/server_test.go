@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,7 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/route/targetgroup"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
@@ -663,4 +665,121 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 		extra, why, err := r.srv.extraWait(ctx, newPod)
 		return err == nil && extra == tails.NLB-tails.ALB && strings.Contains(why, ghost)
 	})
+}
+
+// TestHostNetworkAgentShowsItsToken: a hostNetwork pod's address is its
+// node's, so a request from that address alone is refused; a token bound to
+// the pod (TokenReview on the real API server) lets its agent in, and a
+// token bound to another pod or made for another audience does not.
+func TestHostNetworkAgentShowsItsToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	c := f.c
+	hostnet := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostnet"},
+		Spec: corev1.PodSpec{
+			HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"serve", "-addr", "127.0.0.1:0"}}},
+		},
+	}
+	if _, err := c.Client.CoreV1().Pods(f.ns).Create(ctx, hostnet, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "hostNetwork pod with its node's address", func() bool {
+		p, err := c.Client.CoreV1().Pods(f.ns).Get(ctx, "hostnet", metav1.GetOptions{})
+		if err != nil || p.Status.PodIP == "" {
+			return false
+		}
+		hostnet = p
+		return true
+	})
+	token := func(pod *corev1.Pod, audience string) string {
+		tr, err := c.Client.CoreV1().ServiceAccounts(f.ns).CreateToken(ctx, "default", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](600),
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	r := f.serveWith(ctx, Options{WaitAPISources: SourcesPod})
+	// The test runs on the node: it asks from the node's address, as every
+	// hostNetwork process there could.
+	node := net.ParseIP(hostnet.Status.PodIP)
+	client := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: node}}).DialContext}}
+	ask := func(tok string) (int, string) {
+		req := api.DrainRequest{Namespace: f.ns, Pod: "hostnet", UID: string(hostnet.UID)}
+		hreq, _ := http.NewRequestWithContext(ctx, http.MethodGet, req.URL(r.url), nil)
+		if tok != "" {
+			hreq.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := client.Do(hreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, tc := range []struct {
+		name, token string
+		status      int
+		says        string
+	}{
+		{"no token, from the node's address", "", http.StatusForbidden, "hostNetwork"},
+		{"a token bound to another pod", token(f.pod, inject.TokenAudience), http.StatusForbidden, "bound to pod " + f.ns + "/web"},
+		{"a token for the API server's audience", token(hostnet, "https://kubernetes.default.svc"), http.StatusForbidden, "does not authenticate"},
+		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", http.StatusForbidden, "does not authenticate"},
+		{"the pod's own token", token(hostnet, inject.TokenAudience), http.StatusOK, `"released":true`},
+	} {
+		if status, body := ask(tc.token); status != tc.status || !strings.Contains(body, tc.says) {
+			t.Errorf("%s: %d %s; want %d saying %q", tc.name, status, body, tc.status, tc.says)
+		}
+	}
+}
+
+// TestSelectorFlipRemembered: a pod taken off Service "b" (its selector
+// flips, as in a blue/green switch) and deleted at once is no longer in
+// b's slices, yet kube-proxy and the rest may still send to it for the
+// EndpointSlice tail: the server remembers the route it left.
+func TestSelectorFlipRemembered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	r := f.serveWith(ctx, Options{Tails: Tails{EndpointSlice: 30 * time.Second, ALB: 3 * time.Second, NLB: 3 * time.Second}})
+	svc, err := f.c.Client.CoreV1().Services(f.ns).Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Selector = map[string]string{"app": "green"}
+	if _, err := f.c.Client.CoreV1().Services(f.ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "b's slices no longer list the pod", func() bool {
+		l, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=b"})
+		if err != nil {
+			return false
+		}
+		for _, sl := range l.Items {
+			for _, e := range sl.Endpoints {
+				if slices.Contains(e.Addresses, f.pod.Status.PodIP) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	f.deletePod(ctx)
+	b := "endpointslice " + f.ns + "/b"
+	var v api.Verdict
+	waitFor(t, ctx, "the server sees the pod terminating", func() bool {
+		v = f.ask(ctx, r, 0)
+		return routeStates(v)["endpointslice "+f.ns+"/a"].State != ""
+	})
+	if got, ok := routeStates(v)[b]; !ok || got.State == gate.StateClosed || v.Released {
+		t.Errorf("right after deletion: routes %+v (released %v); want %s held open for its tail", v.Routes, v.Released, b)
+	}
 }

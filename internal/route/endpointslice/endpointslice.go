@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,11 +58,21 @@ type Source struct {
 	tail   time.Duration
 	cache  cache.Cache
 	synced atomic.Bool
+	now    func() time.Time
+
+	// left remembers, a tail long, the routes endpoints left: a pod taken
+	// off a Service (a selector flip) and deleted within the tail finds no
+	// slice listing it, yet kube-proxy and the rest may still send to it.
+	// Keyed by the endpoint's pod UID, or namespace/address without one.
+	mu   sync.Mutex
+	left map[string]map[string]time.Time
 }
 
 // New returns a source whose routes take the given tail; a negative one
 // counts as zero (the route closes as soon as it is out).
-func New(tail time.Duration) *Source { return &Source{tail: max(tail, 0)} }
+func New(tail time.Duration) *Source {
+	return &Source{tail: max(tail, 0), now: time.Now, left: map[string]map[string]time.Time{}}
+}
 
 // Kind implements route.Source.
 func (s *Source) Kind() string { return Kind }
@@ -115,6 +126,12 @@ func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespac
 	if _, err := inf.AddEventHandler(route.NamespaceHandler(changed)); err != nil {
 		return err
 	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(o, n any) { s.noteLeft(o, n) },
+		DeleteFunc: func(o any) { s.noteLeft(o, nil) },
+	}); err != nil {
+		return err
+	}
 	// Services, for their traffic policies: with Local, kube-proxy falls
 	// back per node.
 	svcs, err := c.GetInformer(ctx, &corev1.Service{}, cache.BlockUntilSynced(false))
@@ -141,8 +158,86 @@ func (s *Source) Ready() error {
 	return nil
 }
 
-// Forget implements route.Source: the source keeps nothing per pod.
+// Forget implements route.Source: the source keeps nothing per pod (what
+// endpoints left fades by itself).
 func (s *Source) Forget(route.PodKey) {}
+
+// noteLeft records the endpoints listed in slice o and not in n (nil: the
+// slice is gone) as having left o's route now.
+func (s *Source) noteLeft(o, n any) {
+	if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	old, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	still := map[string]bool{}
+	if cur, ok := n.(*discoveryv1.EndpointSlice); ok {
+		for _, e := range cur.Endpoints {
+			for _, k := range leftKeys(cur.Namespace, e) {
+				still[k] = true
+			}
+		}
+	}
+	now := s.now()
+	name := routeName(old)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range old.Endpoints {
+		for _, k := range leftKeys(old.Namespace, e) {
+			if !still[k] {
+				if s.left[k] == nil {
+					s.left[k] = map[string]time.Time{}
+				}
+				s.left[k][name] = now
+			}
+		}
+	}
+	for k, routes := range s.left {
+		for r, at := range routes {
+			if now.Sub(at) >= s.tail {
+				delete(routes, r)
+			}
+		}
+		if len(routes) == 0 {
+			delete(s.left, k)
+		}
+	}
+}
+
+// leftKeys are the keys an endpoint is remembered by: its pod's UID when
+// it names one, else its addresses.
+func leftKeys(ns string, e discoveryv1.Endpoint) []string {
+	if r := e.TargetRef; r != nil && r.Kind == "Pod" && r.UID != "" {
+		return []string{"uid:" + string(r.UID)}
+	}
+	var out []string
+	for _, a := range e.Addresses {
+		out = append(out, ns+"/"+a)
+	}
+	return out
+}
+
+// leftRecently is the routes the pod's endpoint left less than a tail ago.
+func (s *Source) leftRecently(pod *corev1.Pod) []string {
+	keys := []string{"uid:" + string(pod.UID)}
+	for _, ip := range route.IPs(pod) {
+		keys = append(keys, pod.Namespace+"/"+ip)
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, k := range keys {
+		for r, at := range s.left[k] {
+			if now.Sub(at) < s.tail {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
 
 // Endpoint is the pod's endpoint in one Service's slices.
 type Endpoint struct {
@@ -183,7 +278,8 @@ func (s *Source) Endpoints(ctx context.Context, pod *corev1.Pod) (map[string]End
 }
 
 // Observe implements route.Source: one route per Service whose slices list
-// the pod, and per route in known (gone once no slice lists the pod).
+// the pod, per route its endpoint left less than a tail ago, and per route
+// in known (gone once no slice lists the pod).
 func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _ bool) ([]gate.Observation, error) {
 	current, err := s.Endpoints(ctx, pod)
 	if err != nil {
@@ -191,6 +287,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _
 	}
 	names := map[string]bool{}
 	for _, n := range known {
+		names[n] = true
+	}
+	for _, n := range s.leftRecently(pod) {
 		names[n] = true
 	}
 	for n := range current {

@@ -1,11 +1,14 @@
 package endpointslice
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -116,5 +119,49 @@ func TestTransformKeepsServicePolicies(t *testing.T) {
 	if !ok || s.Name != "a" || s.Namespace != "ns" || s.Annotations != nil || s.Spec.Ports != nil ||
 		s.Spec.Type != corev1.ServiceTypeNodePort || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || *s.Spec.InternalTrafficPolicy != itp {
 		t.Errorf("service transform: %+v", s)
+	}
+}
+
+// An endpoint that leaves a slice (its pod taken off the Service) is
+// remembered a tail long, by its pod's UID, else by its address; one that
+// only moves between slices of the Service is not gone, and a deleted slice
+// counts as every endpoint leaving.
+func TestLeftRecently(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := New(5 * time.Second)
+	s.now = func() time.Time { return now }
+	ep := func(ip, uid string) discoveryv1.Endpoint {
+		e := discoveryv1.Endpoint{Addresses: []string{ip}}
+		if uid != "" {
+			e.TargetRef = &corev1.ObjectReference{Kind: "Pod", UID: types.UID(uid)}
+		}
+		return e
+	}
+	slice := func(svc string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: svc + "-x",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc}}, Endpoints: eps}
+	}
+	pod := func(ip, uid string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: types.UID(uid)},
+			Status: corev1.PodStatus{PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
+	}
+	s.noteLeft(slice("blue", ep("10.0.0.1", "u1"), ep("10.0.0.2", "")), slice("blue", ep("10.0.0.2", "")))
+	s.noteLeft(slice("green", ep("10.0.0.2", "")), nil)
+	if got := s.leftRecently(pod("10.0.0.1", "u1")); !slices.Equal(got, []string{"shop/blue"}) {
+		t.Errorf("the pod taken off blue: %q", got)
+	}
+	if got := s.leftRecently(pod("10.0.0.1", "u9")); len(got) != 0 {
+		t.Errorf("a newer pod with the address: %q; want nothing (remembered by the old pod's UID)", got)
+	}
+	if got := s.leftRecently(pod("10.0.0.2", "u2")); !slices.Equal(got, []string{"shop/green"}) {
+		t.Errorf("the endpoint without a pod, its slice deleted: %q; want green only (it stayed in blue)", got)
+	}
+	now = now.Add(5 * time.Second)
+	if got := s.leftRecently(pod("10.0.0.1", "u1")); len(got) != 0 {
+		t.Errorf("a tail later: %q; want forgotten", got)
+	}
+	s.noteLeft(slice("blue"), slice("blue"))
+	if len(s.left) != 0 {
+		t.Errorf("memory after the tail: %v; want pruned", s.left)
 	}
 }

@@ -5,6 +5,9 @@
 //	testapp hook [-sleep 3s]      a preStop hook: logs "hook-start"/"hook-end" to
 //	                              the container's main process's stdout
 //	testapp get [-timeout 30s] URL  fetches URL, retrying until it answers
+//	testapp flood [-for 30s] N=URL...  N clients each GET URL over and over;
+//	                              ignores SIGTERM; prints per URL the answers
+//	                              by status and the most answers held at once
 //
 // Times are Unix nanoseconds from the node's clock, so a test can order them
 // against what it saw through the API.
@@ -20,7 +23,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -48,6 +54,10 @@ func main() {
 		timeout := fs.Duration("timeout", 30*time.Second, "give up after")
 		fs.Parse(os.Args[2:])
 		err = get(fs.Arg(0), *timeout)
+	case "flood":
+		d := fs.Duration("for", 30*time.Second, "how long to flood")
+		fs.Parse(os.Args[2:])
+		err = flood(fs.Args(), *d)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -134,4 +144,85 @@ func get(url string, timeout time.Duration) error {
 		fmt.Fprintln(os.Stderr, "retrying:", err)
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// heldAfter tells a held answer (a long-poll the server kept) from one
+// answered at once, for flood's count.
+const heldAfter = time.Second
+
+// flood runs, for each N=URL target, N clients that GET URL until d
+// passes, pausing a little after an answer the server did not hold. It
+// ignores SIGTERM (it floods on while its pod terminates), then prints per
+// target "flood <url> <status>=<count>..." and "flood <url> held-max=<k>":
+// the most answers held at once (each held heldAfter or more).
+func flood(targets []string, d time.Duration) error {
+	signal.Ignore(syscall.SIGTERM)
+	end := time.Now().Add(d)
+	type span struct{ from, to time.Time }
+	type result struct {
+		mu     sync.Mutex
+		status map[string]int
+		held   []span
+	}
+	results := make([]*result, len(targets))
+	var wg sync.WaitGroup
+	cl := &http.Client{Timeout: d + 30*time.Second}
+	for i, t := range targets {
+		ns, url, ok := strings.Cut(t, "=")
+		n, err := strconv.Atoi(ns)
+		if !ok || err != nil || n <= 0 {
+			return fmt.Errorf("flood: target %q: want N=URL", t)
+		}
+		r := &result{status: map[string]int{}}
+		results[i] = r
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					start := time.Now()
+					code := "error"
+					resp, err := cl.Get(url)
+					if err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						code = strconv.Itoa(resp.StatusCode)
+					}
+					took := time.Since(start)
+					r.mu.Lock()
+					r.status[code]++
+					if took >= heldAfter {
+						r.held = append(r.held, span{start, start.Add(took)})
+					}
+					r.mu.Unlock()
+					if took < heldAfter {
+						time.Sleep(200 * time.Millisecond)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i, t := range targets {
+		_, url, _ := strings.Cut(t, "=")
+		r := results[i]
+		var codes []string
+		for c, n := range r.status {
+			codes = append(codes, fmt.Sprintf("%s=%d", c, n))
+		}
+		sort.Strings(codes)
+		most := 0
+		for _, a := range r.held {
+			at := 0
+			for _, b := range r.held {
+				if !b.from.After(a.from) && b.to.After(a.from) {
+					at++
+				}
+			}
+			most = max(most, at)
+		}
+		fmt.Printf("flood %s %s\n", url, strings.Join(codes, " "))
+		fmt.Printf("flood %s held-max=%d\n", url, most)
+	}
+	return nil
 }
