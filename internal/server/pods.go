@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"draingate.dev/draingate/api"
@@ -64,6 +65,9 @@ type pods struct {
 
 	subsMu sync.Mutex
 	subs   map[string]map[chan struct{}]struct{}
+
+	liveMu    sync.Mutex
+	liveReads map[types.UID]time.Time // a pod's last live read (mayReadLive)
 }
 
 // podState is what the server keeps about one terminating pod.

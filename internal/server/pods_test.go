@@ -419,6 +419,12 @@ func TestClassifyFullSummary(t *testing.T) {
 // fails or another incarnation under the name keep it asking.
 func TestPodsNotTerminatingConfirmed(t *testing.T) {
 	r := newRig()
+	// Each ask comes liveReadEvery after the last, so each may read.
+	clock := time.Now()
+	r.now = func() time.Time {
+		clock = clock.Add(liveReadEvery)
+		return clock
+	}
 	r.put("u1", false)
 	live := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1"}}
 	var liveErr error
@@ -450,6 +456,17 @@ func TestPodsNotTerminatingConfirmed(t *testing.T) {
 	if v := r.ask(t, "u1"); v.Released || !strings.Contains(v.Message, "etcd is slow") {
 		t.Errorf("failed read: %+v; want held, saying why", v)
 	}
+	// A pod asking about itself in a loop: one live read per
+	// liveReadEvery, the other asks held.
+	liveErr, reads = nil, 0
+	frozen := clock.Add(liveReadEvery)
+	tick := r.now
+	r.now = func() time.Time { return frozen }
+	first, second := r.ask(t, "u1"), r.ask(t, "u1")
+	if reads != 1 || !first.Released || second.Released || !strings.Contains(second.Message, "asking again") {
+		t.Errorf("two asks at once: %d live reads, then %+v; want one read, the second held", reads, second)
+	}
+	r.now = tick
 	// A terminating pod is never read live: the gate decides.
 	liveErr, reads = nil, 0
 	r.put("u1", true)

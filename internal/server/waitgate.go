@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -120,8 +121,36 @@ func (p *pods) authorize(ctx context.Context, req api.DrainRequest, c waitapi.Ca
 		waitapi.ErrForbidden, strings.Join(ips, ", "))
 }
 
-// liveReadTimeout bounds confirmNotTerminating's read.
-const liveReadTimeout = 5 * time.Second
+// liveReadTimeout bounds confirmNotTerminating's read; liveReadEvery is
+// the least time between two live reads of one pod, so that a pod asking
+// about itself in a loop cannot turn its asks into API server load.
+const (
+	liveReadTimeout = 5 * time.Second
+	liveReadEvery   = time.Second
+)
+
+// mayReadLive says whether the pod may be read live now, and if so notes
+// the read. Reads older than liveReadEvery are forgotten as it goes.
+func (p *pods) mayReadLive(uid types.UID) bool {
+	now := p.now()
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	if last, ok := p.liveReads[uid]; ok && now.Sub(last) < liveReadEvery {
+		return false
+	}
+	if p.liveReads == nil || len(p.liveReads) > 1024 {
+		for u, at := range p.liveReads {
+			if now.Sub(at) >= liveReadEvery {
+				delete(p.liveReads, u)
+			}
+		}
+		if p.liveReads == nil {
+			p.liveReads = map[types.UID]time.Time{}
+		}
+	}
+	p.liveReads[uid] = now
+	return true
+}
 
 // confirmNotTerminating releases the agent of a pod that is not being
 // deleted: its preStop hook runs because its container stops for another
@@ -133,6 +162,10 @@ const liveReadTimeout = 5 * time.Second
 // incarnation) leaves v as it is, and the agent asks again.
 func (p *pods) confirmNotTerminating(ctx context.Context, cached *corev1.Pod, v *api.Verdict) {
 	if p.live == nil || v.Released || v.Reason != api.ReasonNotTerminating {
+		return
+	}
+	if !p.mayReadLive(cached.UID) {
+		v.Message += fmt.Sprintf("; the API server was asked about it less than %s ago: asking again", liveReadEvery)
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, liveReadTimeout)
