@@ -31,8 +31,10 @@ func transform(sources []route.Source) func(any) (any, error) {
 				Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs,
 					HostIP: o.Status.HostIP, HostIPs: o.Status.HostIPs},
 				// NodeName: kube-proxy's fallback is per node for a
-				// Service with a Local traffic policy.
-				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName},
+				// Service with a Local traffic policy. HostNetwork: such
+				// a pod's address is its node's, which proves nothing to
+				// the wait API (see pods.authorize).
+				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			}, nil
 		case *metav1.PartialObjectMetadata:
 			return transformNamespace(o), nil

@@ -21,7 +21,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1", DeletionTimestamp: &now,
 			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": "x"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec: corev1.PodSpec{NodeName: "node-1", HostNetwork: true, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}},
 			HostIP: "192.168.0.5", HostIPs: []corev1.HostIP{{IP: "192.168.0.5"}}},
 	}
@@ -32,6 +32,9 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	}
 	if p.Spec.NodeName != "node-1" {
 		t.Errorf("pod transform lost the node, by which a Local Service's fallback is judged")
+	}
+	if !p.Spec.HostNetwork {
+		t.Errorf("pod transform lost hostNetwork: the wait API would take the node's address for the pod's own")
 	}
 	if p.Status.HostIP != "192.168.0.5" || len(p.Status.HostIPs) != 1 {
 		t.Errorf("pod transform lost the host addresses the traffic evidence classifies by: %+v", p.Status)
