@@ -5,7 +5,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X draingate.dev/draingate/internal/version.Version=$(VERSION)
 
-.PHONY: all build test unit tools deps cluster-up cluster-down demo fmt vet clean
+.PHONY: all build test unit tools deps cluster-up cluster-down demo images fmt vet clean
 
 all: build
 
@@ -27,6 +27,12 @@ test: deps tools
 ## unit: the tests that need no cluster
 unit:
 	$(GO) test -short -count=1 ./...
+
+## images: release images of draingate and draingate-prestop for linux/amd64 and linux/arm64,
+## offline and reproducible (SOURCE_DATE_EPOCH, default the last commit's time), as OCI layouts
+## with CycloneDX SBOMs under out/images; PUSH=registry/prefix also pushes them
+images:
+	$(GO) run ./cmd/draingate-release images --out out/images --version $(VERSION) $(if $(PUSH),--push $(PUSH))
 
 cluster-up: deps tools
 	$(GO) run ./cmd/draingate-cluster up

@@ -4,6 +4,10 @@
 package main
 
 import (
+	// The release image has no CA bundle (no base image): these roots
+	// verify the AWS endpoints when the system has none.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/server"
 )

@@ -1,0 +1,158 @@
+package release
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"draingate.dev/draingate/internal/cli"
+)
+
+const usage = `usage: draingate-release <command> [flags]
+
+  draingate-release images [--out out/images] [--version V] [--push registry/prefix]
+      build the draingate and draingate-prestop images for linux/amd64 and
+      linux/arm64 as OCI layouts (out/images/<name>) with a CycloneDX SBOM
+      beside each (out/images/<name>.cdx.json), reproducibly from
+      SOURCE_DATE_EPOCH (default: the last commit's time); print each
+      image's digest and sizes; with --push, push them as
+      <prefix>/<name>:<version> with the Docker credential chain
+  draingate-release version
+      print the version
+`
+
+// Main is draingate-release's command line (make images runs it).
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	return cli.Dispatch("draingate-release", usage, map[string]func([]string) int{
+		"images": func(args []string) int { return imagesCmd(ctx, args, getenv, stdout, stderr) },
+	}, args, stdout, stderr)
+}
+
+func imagesCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("draingate-release images", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "out/images", "folder for the OCI layouts and SBOMs")
+	ver := fs.String("version", "", "version stamped into binaries, labels and the tag (default: git describe --tags --always --dirty)")
+	rev := fs.String("revision", "", "source revision for the labels (default: git rev-parse HEAD)")
+	src := fs.String("source", "", "source repository URL for the labels (default: git remote origin's URL, else https://draingate.dev/draingate)")
+	arches := fs.String("arch", strings.Join(DefaultArches, ","), "architectures, comma-separated")
+	push := fs.String("push", "", "registry/prefix to push to (e.g. ghcr.io/acme); empty: build only")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "draingate-release images: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release images:", err)
+		return 1
+	}
+	created, err := sourceDate(ctx, root, getenv("SOURCE_DATE_EPOCH"))
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release images:", err)
+		return 2
+	}
+	o := Options{Root: root, Out: *out, Version: *ver, Revision: *rev, Source: *src, Created: created, Log: stderr}
+	for _, a := range strings.Split(*arches, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.Arches = append(o.Arches, a)
+		}
+	}
+	if o.Version == "" {
+		o.Version = git(ctx, root, "describe", "--tags", "--always", "--dirty")
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Revision == "" {
+		o.Revision = git(ctx, root, "rev-parse", "HEAD")
+	}
+	if o.Source == "" {
+		o.Source = git(ctx, root, "remote", "get-url", "origin")
+	}
+	if o.Source == "" {
+		o.Source = "https://draingate.dev/draingate"
+	}
+	start := time.Now()
+	fmt.Fprintf(stderr, "images: version %s, revision %s, created %s, for %s\n", o.Version, o.Revision, created.Format(time.RFC3339), strings.Join(o.Arches, ", "))
+	images, err := Build(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release images:", err)
+		return 1
+	}
+	for _, img := range images {
+		var sizes []string
+		for _, a := range o.Arches {
+			sizes = append(sizes, fmt.Sprintf("linux/%s %.1f MiB", a, float64(img.Sizes[a])/(1<<20)))
+		}
+		fmt.Fprintf(stdout, "%s %s (%s) layout %s sbom %s\n", img.Name, img.Digest, strings.Join(sizes, ", "), img.Layout, img.SBOM)
+	}
+	fmt.Fprintf(stderr, "images: done in %s\n", time.Since(start).Round(time.Second))
+	if *push != "" {
+		refs, err := Push(ctx, images, strings.TrimSuffix(*push, "/"), o.Version)
+		for _, r := range refs {
+			fmt.Fprintln(stdout, "pushed", r)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "draingate-release images:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// sourceDate is SOURCE_DATE_EPOCH's time; unset, the last commit's time
+// at root; without git, the Unix epoch.
+func sourceDate(ctx context.Context, root, env string) (time.Time, error) {
+	if env == "" {
+		env = git(ctx, root, "log", "-1", "--format=%ct")
+	}
+	if env == "" {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	sec, err := strconv.ParseInt(env, 10, 64)
+	if err != nil || sec < 0 {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH %q: want seconds since 1970 (e.g. $(git log -1 --format=%%ct))", env)
+	}
+	return time.Unix(sec, 0).UTC(), nil
+}
+
+// git runs git at dir and returns its trimmed output, "" on any failure.
+func git(ctx context.Context, dir string, args ...string) string {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// moduleRoot is the folder holding draingate's go.mod, from the working
+// directory up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module draingate.dev/draingate\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the draingate checkout (no go.mod of draingate.dev/draingate above the working folder)")
+		}
+		dir = parent
+	}
+}
