@@ -1,12 +1,14 @@
 package server
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/version"
 	"draingate.dev/draingate/internal/waitapi"
 )
 
@@ -46,7 +48,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Pods the webhook admitted without the agent, with a warning saying why (also an Event on the pod's owner, or its namespace): the warning itself reaches only whoever created the pod, and a ReplicaSet controller drops it.",
 		}),
 	}
-	reg.MustRegister(m.calls, m.tracked, m.closes, m.saved,
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "draingate_build_info",
+		Help: "Always 1; its labels say which build runs: version (set at build time, as draingate version prints it) and goversion.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version.Version, runtime.Version()).Set(1)
+	reg.MustRegister(m.calls, m.tracked, m.closes, m.saved, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
