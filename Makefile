@@ -5,7 +5,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X draingate.dev/draingate/internal/version.Version=$(VERSION)
 
-.PHONY: all build test unit tools deps cluster-up cluster-down demo images fmt vet clean
+.PHONY: all build test unit tools deps cluster-up cluster-down demo images chart fmt vet clean
 
 all: build
 
@@ -33,6 +33,12 @@ unit:
 ## with CycloneDX SBOMs under out/images; PUSH=registry/prefix also pushes them
 images:
 	$(GO) run ./cmd/draingate-release images --out out/images --version $(VERSION) $(if $(PUSH),--push $(PUSH))
+
+## chart: the Helm chart packaged as out/draingate-<chart version>.tgz (appVersion $(VERSION), the
+## images' default tag); IMAGES=registry/prefix sets its default image repositories (where
+## make images PUSH=… pushed them); PUSH=oci://registry/prefix pushes the package
+chart:
+	$(GO) run ./cmd/draingate-release chart --out out --version $(VERSION) $(if $(IMAGES),--images $(IMAGES)) $(if $(PUSH),--push $(PUSH))
 
 cluster-up: deps tools
 	$(GO) run ./cmd/draingate-cluster up

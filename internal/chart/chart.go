@@ -115,6 +115,12 @@ func Render(namespace, name string, values map[string]any, kubeVersion string) (
 	if err != nil {
 		return nil, err
 	}
+	return RenderChart(ch, namespace, name, values, kubeVersion)
+}
+
+// RenderChart renders ch (the embedded chart or a packaged one) as Render
+// does.
+func RenderChart(ch *chartv2.Chart, namespace, name string, values map[string]any, kubeVersion string) (map[string]string, error) {
 	caps := common.DefaultCapabilities.Copy()
 	if kubeVersion != "" {
 		kv, err := common.ParseKubeVersion(kubeVersion)

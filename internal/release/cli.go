@@ -1,6 +1,7 @@
 package release
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -25,6 +26,12 @@ const usage = `usage: draingate-release <command> [flags]
       SOURCE_DATE_EPOCH (default: the last commit's time); print each
       image's digest and sizes; with --push, push them as
       <prefix>/<name>:<version> with the Docker credential chain
+  draingate-release chart [--out out] [--version V] [--images registry/prefix] [--push oci://registry/prefix]
+      package deploy/helm/draingate as out/draingate-<chart version>.tgz:
+      appVersion V (the images' default tag), chart version V as SemVer; with
+      --images, the default image repositories <prefix>/draingate and
+      <prefix>/draingate-prestop; with --push, push it as an OCI artifact
+      (helm registry login, or docker login, credentials)
   draingate-release version
       print the version
 `
@@ -33,6 +40,7 @@ const usage = `usage: draingate-release <command> [flags]
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	return cli.Dispatch("draingate-release", usage, map[string]func([]string) int{
 		"images": func(args []string) int { return imagesCmd(ctx, args, getenv, stdout, stderr) },
+		"chart":  func(args []string) int { return chartCmd(ctx, args, getenv, stdout, stderr) },
 	}, args, stdout, stderr)
 }
 
@@ -69,10 +77,7 @@ func imagesCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	if o.Version == "" {
-		o.Version = git(ctx, root, "describe", "--tags", "--always", "--dirty")
-	}
-	if o.Version == "" {
-		o.Version = "dev"
+		o.Version = cmp.Or(git(ctx, root, "describe", "--tags", "--always", "--dirty"), "dev")
 	}
 	if o.Revision == "" {
 		o.Revision = git(ctx, root, "rev-parse", "HEAD")
@@ -107,6 +112,51 @@ func imagesCmd(ctx context.Context, args []string, getenv func(string) string, s
 			fmt.Fprintln(stderr, "draingate-release images:", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+func chartCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("draingate-release chart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "out", "folder for the packaged chart")
+	ver := fs.String("version", "", "the release's version: the chart's appVersion and, as SemVer, its version (default: git describe --tags --always --dirty)")
+	images := fs.String("images", "", "registry/prefix the images were pushed to (make images PUSH=…): the chart's default image repositories; empty: keep the chart's")
+	push := fs.String("push", "", "oci://registry/prefix to push the chart to; empty: package only")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "draingate-release chart: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release chart:", err)
+		return 1
+	}
+	created, err := sourceDate(ctx, root, getenv("SOURCE_DATE_EPOCH"))
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release chart:", err)
+		return 2
+	}
+	o := Options{Root: root, Out: *out, Version: *ver, Created: created}
+	if o.Version == "" {
+		o.Version = cmp.Or(git(ctx, root, "describe", "--tags", "--always", "--dirty"), "dev")
+	}
+	path, err := Chart(o, *images)
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release chart:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "chart %s (version %s, appVersion %s)\n", path, ChartVersion(o.Version), o.Version)
+	if *push != "" {
+		ref, err := PushChart(path, *push)
+		if err != nil {
+			fmt.Fprintln(stderr, "draingate-release chart:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "pushed", ref)
 	}
 	return 0
 }

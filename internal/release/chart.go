@@ -1,0 +1,125 @@
+package release
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/registry"
+
+	"draingate.dev/draingate/internal/chart"
+)
+
+// ChartVersion is a draingate version as a Helm chart version (SemVer
+// 2): "v1.2.3" → "1.2.3"; a version that is not SemVer (git describe's
+// "1a2b3c4-dirty") becomes a pre-release of 0.0.0 ("0.0.0-1a2b3c4-dirty").
+func ChartVersion(v string) string {
+	if sv, err := semver.StrictNewVersion(strings.TrimPrefix(v, "v")); err == nil {
+		return sv.String()
+	}
+	clean := regexp.MustCompile(`[^0-9A-Za-z.-]+`).ReplaceAllString(v, "-")
+	clean = strings.Trim(regexp.MustCompile(`\.\.+`).ReplaceAllString(clean, "."), ".-")
+	if clean == "" {
+		clean = "dev"
+	}
+	return "0.0.0-" + clean
+}
+
+// defaultRepository matches the chart's two default image repositories
+// in values.yaml (the lab's local images).
+var defaultRepository = regexp.MustCompile(`(?m)^(\s*repository: )draingate\.local/(draingate(?:-prestop)?)[ \t]*$`)
+
+// Chart packages deploy/helm/draingate as Out/draingate-<chart
+// version>.tgz: Chart.yaml's appVersion is o.Version (so the images'
+// default tag is the release's), its version ChartVersion(o.Version); with
+// imagePrefix, the default image repositories become
+// <imagePrefix>/draingate and <imagePrefix>/draingate-prestop (values.yaml
+// keeps its comments). Every file is stamped with o.Created, so the same
+// inputs give the same bytes. It returns the package's path.
+func Chart(o Options, imagePrefix string) (string, error) {
+	ch, err := chart.Load()
+	if err != nil {
+		return "", err
+	}
+	ch.Metadata.Version = ChartVersion(o.Version)
+	ch.Metadata.AppVersion = o.Version
+	if imagePrefix != "" {
+		imagePrefix = strings.TrimSuffix(imagePrefix, "/")
+		found := false
+		for _, f := range ch.Raw {
+			if f.Name != chartutil.ValuesfileName {
+				continue
+			}
+			if n := len(defaultRepository.FindAllIndex(f.Data, -1)); n != 2 {
+				return "", fmt.Errorf("chart: values.yaml names %d default image repositories (draingate.local/…), want 2: update release.defaultRepository", n)
+			}
+			f.Data = defaultRepository.ReplaceAll(f.Data, []byte("${1}"+imagePrefix+"/${2}"))
+			found = true
+		}
+		if !found {
+			return "", fmt.Errorf("chart: no values.yaml")
+		}
+		image, _ := ch.Values["image"].(map[string]any)
+		agent, _ := ch.Values["agent"].(map[string]any)
+		agentImage, _ := agent["image"].(map[string]any)
+		if image == nil || agentImage == nil {
+			return "", fmt.Errorf("chart: values image.repository or agent.image.repository missing")
+		}
+		image["repository"] = imagePrefix + "/draingate"
+		agentImage["repository"] = imagePrefix + "/draingate-prestop"
+	}
+	ch.ModTime = o.Created
+	ch.SchemaModTime = o.Created
+	for _, f := range ch.Raw {
+		f.ModTime = o.Created
+	}
+	for _, f := range ch.Templates {
+		f.ModTime = o.Created
+	}
+	for _, f := range ch.Files {
+		f.ModTime = o.Created
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return "", err
+	}
+	path, err := chartutil.Save(ch, o.Out)
+	if err != nil {
+		return "", fmt.Errorf("chart: package: %w", err)
+	}
+	return path, nil
+}
+
+// PushChart pushes the packaged chart at path to the OCI registry
+// repository prefix ("oci://registry/prefix": the chart lands at
+// registry/prefix/draingate:<chart version>), with Helm's registry
+// credentials (helm registry login) falling back to Docker's. It returns
+// the reference pushed, by digest.
+func PushChart(path, prefix string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	ch, err := loader.LoadArchive(bytes.NewReader(data))
+	if err != nil {
+		return "", fmt.Errorf("push chart: %s: %w", path, err)
+	}
+	repo, ok := strings.CutPrefix(strings.TrimSuffix(prefix, "/"), "oci://")
+	if !ok || repo == "" {
+		return "", fmt.Errorf("push chart: %q: want oci://registry/prefix", prefix)
+	}
+	client, err := registry.NewClient()
+	if err != nil {
+		return "", fmt.Errorf("push chart: %w", err)
+	}
+	ref := repo + "/" + ch.Metadata.Name + ":" + ch.Metadata.Version
+	res, err := client.Push(data, ref)
+	if err != nil {
+		return "", fmt.Errorf("push chart to %s: %w", ref, err)
+	}
+	return res.Ref + "@" + res.Manifest.Digest, nil
+}
