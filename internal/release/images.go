@@ -50,7 +50,8 @@ type Options struct {
 	// Root is the module's root folder (where go.mod is).
 	Root string
 	// Out is the folder the layouts and SBOMs go to: Out/<name> (an OCI
-	// layout) and Out/<name>.cdx.json.
+	// layout) and Out/<name>.cdx.json; the binaries stay in
+	// Out/bin/<name>-linux-<arch>.
 	Out string
 	// Version is stamped into the binaries and labels; it is also the
 	// layout's ref name and the pushed tag.
@@ -93,14 +94,13 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp(o.Out, ".build-")
-	if err != nil {
+	bins := filepath.Join(o.Out, "bin")
+	if err := os.MkdirAll(bins, 0o755); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
 	var out []Image
 	for _, b := range Binaries {
-		img, err := o.build(ctx, b, work)
+		img, err := o.build(ctx, b, bins)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +115,9 @@ func (o Options) logf(format string, args ...any) {
 	}
 }
 
-func (o Options) build(ctx context.Context, b Binary, work string) (Image, error) {
+// build builds b's binaries into bins (kept: the release attaches the
+// agent's) and its image.
+func (o Options) build(ctx context.Context, b Binary, bins string) (Image, error) {
 	labels := map[string]string{
 		"org.opencontainers.image.title":       b.Name,
 		"org.opencontainers.image.description": b.Description,
@@ -127,7 +129,7 @@ func (o Options) build(ctx context.Context, b Binary, work string) (Image, error
 	var specs []image.Spec
 	var sbomFrom string
 	for _, arch := range o.Arches {
-		bin := filepath.Join(work, b.Name+"-"+arch)
+		bin := filepath.Join(bins, b.Name+"-linux-"+arch)
 		start := time.Now()
 		if err := o.goBuild(ctx, b.Package, arch, bin); err != nil {
 			return Image{}, err

@@ -1,0 +1,87 @@
+package release
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/rhysd/actionlint"
+)
+
+// The GitHub workflows cannot run here: actionlint checks them (syntax,
+// expressions, action inputs), every `make X` they run is a Makefile
+// target, CI runs the README's make test, and every out/images file the
+// release attaches is one make images writes.
+func TestWorkflows(t *testing.T) {
+	root := filepath.Join("..", "..")
+	paths, err := filepath.Glob(filepath.Join(root, ".github", "workflows", "*.yml"))
+	if err != nil || len(paths) < 2 {
+		t.Fatalf("workflows: %v, %v; want ci.yml and release.yml", paths, err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][\w-]*):`).FindAllStringSubmatch(string(makefile), -1) {
+		targets[m[1]] = true
+	}
+	produced := map[string]bool{}
+	for _, b := range Binaries {
+		produced["out/images/"+b.Name+".cdx.json"] = true
+		for _, a := range DefaultArches {
+			produced["out/images/bin/"+b.Name+"-linux-"+a] = true
+		}
+	}
+	lint, err := actionlint.NewLinter(io.Discard, &actionlint.LinterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	makeCmd := regexp.MustCompile(`\bmake\s+([a-z][\w-]*)`)
+	outPath := regexp.MustCompile(`\bout/images/[\w./-]+`)
+	ranTest := false
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs, err := lint.Lint(p, b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range errs {
+			t.Errorf("%s:%d:%d: %s [%s]", filepath.Base(p), e.Line, e.Column, e.Message, e.Kind)
+		}
+		wf, perrs := actionlint.Parse(b)
+		if len(perrs) > 0 {
+			continue // reported above
+		}
+		for id, job := range wf.Jobs {
+			for _, st := range job.Steps {
+				run, ok := st.Exec.(*actionlint.ExecRun)
+				if !ok || run.Run == nil {
+					continue
+				}
+				for _, m := range makeCmd.FindAllStringSubmatch(run.Run.Value, -1) {
+					if !targets[m[1]] {
+						t.Errorf("%s job %s runs make %s: no such Makefile target", filepath.Base(p), id, m[1])
+					}
+					ranTest = ranTest || (filepath.Base(p) == "ci.yml" && m[1] == "test")
+				}
+				for _, f := range outPath.FindAllString(run.Run.Value, -1) {
+					if !produced[f] {
+						t.Errorf("%s job %s uses %s, which make images does not write", filepath.Base(p), id, f)
+					}
+				}
+			}
+		}
+	}
+	if !ranTest {
+		t.Error("ci.yml does not run make test, the README's command")
+	}
+	if !targets["images"] || !targets["chart"] {
+		t.Error("the Makefile lacks the images or chart target the release runs")
+	}
+}
