@@ -22,10 +22,11 @@ import (
 // have the same digests; each holds its command alone (no shell) for
 // linux/amd64 and linux/arm64, runs as a non-root user, carries the OCI
 // labels, and the amd64 binary prints the version; each SBOM names the
-// modules linked in.
+// modules linked in. Each amd64 image, imported into the project's
+// cluster, runs its version command in a pod as its non-root user.
 func TestImagesReproducible(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds four static binaries twice")
+		t.Skip("builds four static binaries twice and runs them on the cluster")
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -63,6 +64,12 @@ func TestImagesReproducible(t *testing.T) {
 		t.Logf("%s %s, sizes %v", b.Name, a.Digest, a.Sizes)
 		checkLayout(t, b, a, o)
 		checkSBOM(t, b, sa, a.Digest)
+		out := runVersionOnCluster(t, ctx, a)
+		if want := b.Name + " " + o.Version; !strings.HasPrefix(out, want) {
+			t.Errorf("%s version on the cluster printed %q, want %q…", b.Name, out, want)
+		} else {
+			t.Logf("on the cluster: %s", out)
+		}
 	}
 }
 

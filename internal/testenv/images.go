@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
 	"draingate.dev/draingate/internal/image"
 )
 
@@ -57,16 +61,42 @@ func buildVersion(ctx context.Context, dir string) string {
 // namespace, where the kubelet finds it (pods use imagePullPolicy Never or
 // IfNotPresent: there is no registry).
 func (c *Cluster) LoadImage(ctx context.Context, spec image.Spec) error {
-	tarPath := filepath.Join(c.paths.images(), strings.NewReplacer("/", "_", ":", "_").Replace(spec.Ref)+".tar")
+	tarPath := c.imageTarball(spec.Ref)
 	if err := os.MkdirAll(c.paths.images(), 0o755); err != nil {
 		return err
 	}
 	if err := image.WriteTarball(spec, tarPath); err != nil {
 		return err
 	}
+	return c.importTarball(ctx, spec.Ref, tarPath)
+}
+
+// ImportImage imports img (built elsewhere, e.g. one platform of a
+// release index) into containerd as ref.
+func (c *Cluster) ImportImage(ctx context.Context, ref string, img v1.Image) error {
+	tag, err := name.NewTag(ref, name.StrictValidation)
+	if err != nil {
+		return fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	if err := os.MkdirAll(c.paths.images(), 0o755); err != nil {
+		return err
+	}
+	tarPath := c.imageTarball(ref)
+	if err := tarball.WriteToFile(tarPath, tag, img); err != nil {
+		os.Remove(tarPath)
+		return fmt.Errorf("write image %s: %w", ref, err)
+	}
+	return c.importTarball(ctx, ref, tarPath)
+}
+
+func (c *Cluster) imageTarball(ref string) string {
+	return filepath.Join(c.paths.images(), strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+}
+
+func (c *Cluster) importTarball(ctx context.Context, ref, tarPath string) error {
 	cmd := exec.CommandContext(ctx, "ctr", "--address", c.paths.containerdSocket(), "-n", "k8s.io", "images", "import", "--no-unpack=false", tarPath)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("import image %s: %w: %s", spec.Ref, err, strings.TrimSpace(string(b)))
+		return fmt.Errorf("import image %s: %w: %s", ref, err, strings.TrimSpace(string(b)))
 	}
 	return nil
 }
