@@ -53,43 +53,20 @@ func imagesCmd(ctx context.Context, args []string, getenv func(string) string, s
 	src := fs.String("source", "", "source repository URL for the labels (default: git remote origin's URL, else https://draingate.dev/draingate)")
 	arches := fs.String("arch", strings.Join(DefaultArches, ","), "architectures, comma-separated")
 	push := fs.String("push", "", "registry/prefix to push to (e.g. ghcr.io/acme); empty: build only")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	o, code := setup(ctx, fs, args, getenv, stderr, ver)
+	if code >= 0 {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "draingate-release images: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		fmt.Fprintln(stderr, "draingate-release images:", err)
-		return 1
-	}
-	created, err := sourceDate(ctx, root, getenv("SOURCE_DATE_EPOCH"))
-	if err != nil {
-		fmt.Fprintln(stderr, "draingate-release images:", err)
-		return 2
-	}
-	o := Options{Root: root, Out: *out, Version: *ver, Revision: *rev, Source: *src, Created: created, Log: stderr}
+	o.Out, o.Log = *out, stderr
+	o.Revision = cmp.Or(*rev, git(ctx, o.Root, "rev-parse", "HEAD"))
+	o.Source = cmp.Or(*src, git(ctx, o.Root, "remote", "get-url", "origin"), "https://draingate.dev/draingate")
 	for _, a := range strings.Split(*arches, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			o.Arches = append(o.Arches, a)
 		}
 	}
-	if o.Version == "" {
-		o.Version = cmp.Or(git(ctx, root, "describe", "--tags", "--always", "--dirty"), "dev")
-	}
-	if o.Revision == "" {
-		o.Revision = git(ctx, root, "rev-parse", "HEAD")
-	}
-	if o.Source == "" {
-		o.Source = git(ctx, root, "remote", "get-url", "origin")
-	}
-	if o.Source == "" {
-		o.Source = "https://draingate.dev/draingate"
-	}
 	start := time.Now()
-	fmt.Fprintf(stderr, "images: version %s, revision %s, created %s, for %s\n", o.Version, o.Revision, created.Format(time.RFC3339), strings.Join(o.Arches, ", "))
+	fmt.Fprintf(stderr, "images: version %s, revision %s, created %s, for %s\n", o.Version, o.Revision, o.Created.Format(time.RFC3339), strings.Join(o.Arches, ", "))
 	images, err := Build(ctx, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "draingate-release images:", err)
@@ -123,27 +100,11 @@ func chartCmd(ctx context.Context, args []string, getenv func(string) string, st
 	ver := fs.String("version", "", "the release's version: the chart's appVersion and, as SemVer, its version (default: git describe --tags --always --dirty)")
 	images := fs.String("images", "", "registry/prefix the images were pushed to (make images PUSH=…): the chart's default image repositories; empty: keep the chart's")
 	push := fs.String("push", "", "oci://registry/prefix to push the chart to; empty: package only")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	o, code := setup(ctx, fs, args, getenv, stderr, ver)
+	if code >= 0 {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "draingate-release chart: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		fmt.Fprintln(stderr, "draingate-release chart:", err)
-		return 1
-	}
-	created, err := sourceDate(ctx, root, getenv("SOURCE_DATE_EPOCH"))
-	if err != nil {
-		fmt.Fprintln(stderr, "draingate-release chart:", err)
-		return 2
-	}
-	o := Options{Root: root, Out: *out, Version: *ver, Created: created}
-	if o.Version == "" {
-		o.Version = cmp.Or(git(ctx, root, "describe", "--tags", "--always", "--dirty"), "dev")
-	}
+	o.Out = *out
 	path, err := Chart(o, *images)
 	if err != nil {
 		fmt.Fprintln(stderr, "draingate-release chart:", err)
@@ -159,6 +120,32 @@ func chartCmd(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, "pushed", ref)
 	}
 	return 0
+}
+
+// setup parses a command's flags and finds what every command needs: the
+// module's root, the creation time (SOURCE_DATE_EPOCH) and the version
+// (*version, else git describe, else "dev"). A code of 0 or more means stop
+// with it (the error is written to stderr); -1 means go on.
+func setup(ctx context.Context, fs *flag.FlagSet, args []string, getenv func(string) string, stderr io.Writer, version *string) (Options, int) {
+	if err := fs.Parse(args); err != nil {
+		return Options{}, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", fs.Name(), fs.Args())
+		return Options{}, 2
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return Options{}, 1
+	}
+	created, err := sourceDate(ctx, root, getenv("SOURCE_DATE_EPOCH"))
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return Options{}, 2
+	}
+	v := cmp.Or(*version, git(ctx, root, "describe", "--tags", "--always", "--dirty"), "dev")
+	return Options{Root: root, Created: created, Version: v}, -1
 }
 
 // sourceDate is SOURCE_DATE_EPOCH's time; unset, the last commit's time
