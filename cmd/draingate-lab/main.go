@@ -6,10 +6,15 @@
 //	                  [--rollouts N] [--rps N] [--replicas N] [--json FILE] [--png FILE]
 //	                  [--time-scale F] [--draingate-set k=v] [scenario knobs...]
 //	draingate-lab matrix [--scenarios a,b,...] [--strategies ...] [--time-scale F] [--out DIR]
+//	draingate-lab scale [--pods 1000,5000,10000] [--waiters 100,1000] [--out DIR]
 //
 // matrix plays every scenario named (all by default) with its own knobs
 // and writes the scoreboard: DIR/scoreboard.md and .json, and per scenario
 // its report as JSON and PNG.
+//
+// scale measures the gate server's cost (memory, CPU, answer and release
+// latency, AWS calls) at each count of pods and waiting agents given (see
+// internal/scale) and writes DIR/scale.md, scale.json and memory.png.
 package main
 
 import (
@@ -62,8 +67,8 @@ type config struct {
 // fallback; every mistake is one clear error.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	if len(args) == 0 || args[0] != "run" {
-		fmt.Fprintln(stderr, "usage: draingate-lab run|matrix [flags]  (draingate-lab run -h lists them)")
-		return nil, errors.New(`want the "run" or "matrix" command`)
+		fmt.Fprintln(stderr, "usage: draingate-lab run|matrix|scale [flags]  (draingate-lab run -h lists them)")
+		return nil, errors.New(`want the "run", "matrix" or "scale" command`)
 	}
 	args = args[1:]
 	// The scenario sets the knobs' defaults, so find it before the rest.
@@ -137,6 +142,15 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 // DRAINGATE_<FLAG> fallbacks and checks the shared options o (already
 // filled by parsing): one clear error for every mistake.
 func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv func(string) string, stderr io.Writer, o *lab.Options) error {
+	if err := parseFlagSet(fs, errBuf, args, getenv, stderr); err != nil {
+		return err
+	}
+	return checkCommon(*o)
+}
+
+// parseFlagSet parses args into fs (whose output is errBuf) and applies
+// the DRAINGATE_<FLAG> fallbacks; a mistake is one line.
+func parseFlagSet(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv func(string) string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, errBuf.String(), cli.Help, "\n")
@@ -150,7 +164,7 @@ func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv fu
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	return checkCommon(*o)
+	return nil
 }
 
 func checkCommon(o lab.Options) error {
@@ -168,6 +182,13 @@ func checkCommon(o lab.Options) error {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == "scale" {
+		sc, err := parseScale(args[1:], getenv, stderr)
+		if err != nil {
+			return err
+		}
+		return runScale(ctx, sc, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "matrix" {
 		m, err := parseMatrix(args[1:], getenv, stderr)
 		if err != nil {
@@ -204,7 +225,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // withCluster starts (or joins) the project's cluster, loads the images the
 // strategies need, runs f, and stops the cluster it started.
-func withCluster(ctx context.Context, strategies []lab.Strategy, stderr io.Writer, f func(lab.Env) error) (err error) {
+func withCluster(ctx context.Context, strategies []lab.Strategy, stderr io.Writer, f func(lab.Env) error) error {
+	return onCluster(ctx, stderr, func(cl *testenv.Cluster) error {
+		return loadAndRun(ctx, cl, strategies, stderr, f)
+	})
+}
+
+// onCluster starts (or joins) the project's cluster, runs f on it, and
+// stops the cluster it started.
+func onCluster(ctx context.Context, stderr io.Writer, f func(*testenv.Cluster) error) (err error) {
 	// Helm's status watcher uses controller-runtime's client, and client-go
 	// logs through klog: both print to stderr as text, like the progress
 	// lines. Unset, controller-runtime drops its logs and complains with a
@@ -221,6 +250,10 @@ func withCluster(ctx context.Context, strategies []lab.Strategy, stderr io.Write
 			err = serr
 		}
 	}()
+	return f(cl)
+}
+
+func loadAndRun(ctx context.Context, cl *testenv.Cluster, strategies []lab.Strategy, stderr io.Writer, f func(lab.Env) error) error {
 	fmt.Fprintln(stderr, "lab: building the demo app image")
 	if err := cl.LoadGoImage(ctx, lab.DemoImage, "./cmd/draingate-demoapp"); err != nil {
 		return err

@@ -12,8 +12,8 @@ func TestParseBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{}, `want the "run" or "matrix" command`},
-		{[]string{"walk"}, `want the "run" or "matrix" command`},
+		{[]string{}, `want the "run", "matrix" or "scale" command`},
+		{[]string{"walk"}, `want the "run", "matrix" or "scale" command`},
 		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"run", "--reconcile-lag", "soon"}, `invalid value "soon" for flag -reconcile-lag`},
 		{[]string{"run", "--strategies", "none,nap:5s"}, `unknown strategy "nap:5s"`},
