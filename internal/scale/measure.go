@@ -167,7 +167,7 @@ type agents struct {
 
 	mu       sync.Mutex
 	released map[int]release // by pod index
-	err      error             // the latest failure, for messages
+	err      error           // the latest failure, for messages
 }
 
 // startAgents runs one agent per waiting pod, each asking from its own

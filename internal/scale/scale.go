@@ -112,9 +112,9 @@ type Result struct {
 	// Releases: from the pod's last route change to the release answered
 	// to its agent. Early counts releases before that change (a bug),
 	// Unreleased the agents still waiting at ReleaseTimeout.
-	Released, Early, Unreleased          int
+	Released, Early, Unreleased int
 	// EarlyVerdicts are the messages of a few early releases.
-	EarlyVerdicts []string `json:",omitempty"`
+	EarlyVerdicts                      []string `json:",omitempty"`
 	ReleaseP50, ReleaseP99, ReleaseMax time.Duration
 
 	// DescribePerSecond is the server's DescribeTargetHealth calls per
@@ -122,8 +122,8 @@ type Result struct {
 	// allows; OtherCalls counts its other ELBv2 calls over the whole run.
 	DescribePerSecond, DescribeBudget float64
 	// Window is the steady window's length.
-	Window time.Duration
-	OtherCalls                        int
+	Window     time.Duration
+	OtherCalls int
 	// AgentErrors counts the agents' asks answered with anything but 200.
 	AgentErrors int
 }
@@ -249,7 +249,7 @@ func (r *run) setup(ctx context.Context) error {
 		labels := map[string]string{proxyNameLabel: nodeName}
 		if _, err := r.kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 		}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -345,7 +345,7 @@ func (r *run) createPod(ctx context.Context, i int) error {
 			NodeName: nodeName,
 			// Long enough that no deadline releases a waiter during a run.
 			TerminationGracePeriodSeconds: ptr.To[int64](3600),
-			Containers: []corev1.Container{{Name: "app", Image: "scale.invalid/none", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}},
+			Containers:                    []corev1.Container{{Name: "app", Image: "scale.invalid/none", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}},
 			Tolerations: []corev1.Toleration{
 				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
