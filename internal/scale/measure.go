@@ -87,7 +87,7 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 	}
 	_ = poll(ctx, cfg.ReleaseTimeout, func() bool { return ag.count() == len(r.waiters) })
 	released := ag.snapshot()
-	var rel []time.Duration
+	var rel, tg, sliceOnly []time.Duration
 	for _, i := range r.waiters {
 		got, ok := released[i]
 		switch {
@@ -100,10 +100,21 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 					r.pods[i].ns, r.pods[i].name, changed[i].Sub(got.at), got.message))
 			}
 		default:
-			rel = append(rel, got.at.Sub(changed[i]))
+			d := got.at.Sub(changed[i])
+			rel = append(rel, d)
+			if _, ok := r.arns[r.pods[i].svc]; ok {
+				tg = append(tg, d)
+			} else {
+				sliceOnly = append(sliceOnly, d)
+			}
 		}
 	}
 	slices.Sort(rel)
+	slices.Sort(tg)
+	slices.Sort(sliceOnly)
+	res.TargetGroupReleased = len(tg)
+	res.TargetGroupReleaseP50, res.TargetGroupReleaseP99 = quantile(tg, 0.5), quantile(tg, 0.99)
+	res.SliceOnlyP50, res.SliceOnlyP99 = quantile(sliceOnly, 0.5), quantile(sliceOnly, 0.99)
 	res.Released = len(rel) + res.Early
 	res.ReleaseP50, res.ReleaseP99 = quantile(rel, 0.5), quantile(rel, 0.99)
 	if len(rel) > 0 {

@@ -112,10 +112,16 @@ type Result struct {
 	// Releases: from the pod's last route change to the release answered
 	// to its agent. Early counts releases before that change (a bug),
 	// Unreleased the agents still waiting at ReleaseTimeout.
-	Released, Early, Unreleased int
-	// EarlyVerdicts are the messages of a few early releases.
-	EarlyVerdicts                      []string `json:",omitempty"`
+	Released, Early, Unreleased        int
 	ReleaseP50, ReleaseP99, ReleaseMax time.Duration
+	// Behind a target group, the release waits for a poll of the group
+	// (the AWS budget decides how often); the others only for the
+	// EndpointSlice's watch event. TargetGroupReleased counts the former.
+	TargetGroupReleased                 int
+	TargetGroupReleaseP50, SliceOnlyP50 time.Duration
+	TargetGroupReleaseP99, SliceOnlyP99 time.Duration
+	// EarlyVerdicts are the messages of a few early releases.
+	EarlyVerdicts []string `json:",omitempty"`
 
 	// DescribePerSecond is the server's DescribeTargetHealth calls per
 	// second over the steady window, DescribeBudget what its --aws-rate
