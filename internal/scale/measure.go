@@ -73,6 +73,10 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.HeapInuse, _ = srv.heapInuse(ctx)
+	res.HeapProfile = filepath.Join(r.env.Dir, fmt.Sprintf("heap-%d-%d.pb.gz", cfg.Pods, cfg.Waiters))
+	if err := srv.saveHeapProfile(ctx, res.HeapProfile); err != nil {
+		return res, err
+	}
 	if len(lat) == 0 {
 		return res, fmt.Errorf("no answer to %d samples: %v", sampleErrs, ag.lastErr())
 	}
@@ -275,7 +279,7 @@ func get(ctx context.Context, c *http.Client, url string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	return resp.StatusCode, b, err
 }
 
@@ -315,7 +319,7 @@ func (r *run) startServer(ctx context.Context) (*server, error) {
 		"--kubeconfig", r.env.Kubeconfig,
 		"--listen", "127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-listen", "127.0.0.1:"+strconv.Itoa(ports[1]),
 		"--elbv2-endpoint", r.emuURL, "--aws-region", "us-east-1",
-		"--wait-api-sources", "any", "--tail-endpointslice", "0", "--tail-alb", "0", "--log-format", "json")
+		"--wait-api-sources", "any", "--tail-endpointslice", "0", "--tail-alb", "0", "--log-format", "json", "--profiling")
 	s.cmd.Env = []string{"AWS_ACCESS_KEY_ID=" + accessKey, "AWS_SECRET_ACCESS_KEY=scale", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "HOME=/nonexistent"}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -439,6 +443,19 @@ func (s *server) heapInuse(ctx context.Context) (uint64, error) {
 		}
 	}
 	return 0, errors.New("no go_memstats_heap_inuse_bytes in the metrics")
+}
+
+// saveHeapProfile writes the server's heap profile (its live objects
+// after a collection) to path, for go tool pprof.
+func (s *server) saveHeapProfile(ctx context.Context, path string) error {
+	status, body, err := get(ctx, http.DefaultClient, strings.TrimSuffix(s.metrics, "/metrics")+"/debug/pprof/heap?gc=1")
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("answered %d", status)
+	}
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // freePorts finds n free loopback ports.

@@ -99,6 +99,8 @@ type Result struct {
 	// lists included), HeapInuse the Go heap in use then (its own
 	// go_memstats_heap_inuse_bytes).
 	RSS, PeakRSS, HeapInuse uint64
+	// HeapProfile is the server's heap profile then (go tool pprof).
+	HeapProfile string `json:",omitempty"`
 	// CPU is the cores the server used on average over the steady window.
 	CPU float64
 	// Ready is how long the server took from its start to ready.

@@ -48,6 +48,9 @@ func TestRunReleasesEachPodAfterItsRouteChange(t *testing.T) {
 	if res.RSS == 0 || res.PeakRSS < res.RSS || res.HeapInuse == 0 {
 		t.Errorf("memory not read: RSS %d, peak %d, heap %d", res.RSS, res.PeakRSS, res.HeapInuse)
 	}
+	if b, err := os.ReadFile(res.HeapProfile); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Errorf("heap profile %s not saved as gzip: %v", res.HeapProfile, err)
+	}
 	if res.TargetGroups != 6 || res.Namespaces != 3 {
 		t.Errorf("%d target groups in %d namespaces, want 6 in 3", res.TargetGroups, res.Namespaces)
 	}

@@ -43,7 +43,7 @@ type serveFlags struct {
 	pollInterval, maxWait, reserve    time.Duration
 	tailSlice, tailALB, tailNLB       time.Duration
 	logFormat                         string
-	trafficEvidence                   bool
+	trafficEvidence, profiling        bool
 	trafficEpsilon                    float64
 	waitAPISources                    string
 
@@ -80,6 +80,7 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&f.profiling, "profiling", false, "also serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on --metrics-listen, for diagnosing memory or CPU; they reveal the process's internals, so keep that port private")
 
 	fs.StringVar(&f.webhookListen, "webhook-listen", "", "address of the pod-injection admission webhook (TLS); empty: no webhook")
 	fs.StringVar(&f.webhookConfig, "webhook-config", "draingate", "MutatingWebhookConfiguration whose caBundle the server keeps current (with its own CA)")
@@ -121,6 +122,9 @@ func (f *serveFlags) validate() error {
 	}
 	if !(f.trafficEpsilon > 0 && f.trafficEpsilon < 0.01) {
 		errs = append(errs, fmt.Errorf("--traffic-epsilon must be in (0, 0.01), got %s", strconv.FormatFloat(f.trafficEpsilon, 'g', -1, 64)))
+	}
+	if f.profiling && f.metricsListen == "" {
+		errs = append(errs, errors.New("--profiling serves on --metrics-listen, which is empty: give it an address (keep it private)"))
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", f.logFormat))
@@ -191,6 +195,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IgnoreTraffic:   !f.trafficEvidence,
 		Epsilon:         f.trafficEpsilon,
 		WaitAPISources:  f.waitAPISources,
+		Profiling:       f.profiling,
 		Log:             log,
 	}
 	if f.targetGroups {

@@ -44,6 +44,7 @@ func TestServeBadInput(t *testing.T) {
 		{[]string{"--poll-interval=0s"}, nil, "--poll-interval must be positive"},
 		{[]string{"--shutdown-reserve=0s"}, nil, "--shutdown-reserve must be positive"},
 		{[]string{"--wait-api-sources=everyone"}, nil, "--wait-api-sources must be pod or any"},
+		{[]string{"--profiling", "--metrics-listen="}, nil, "--profiling serves on --metrics-listen, which is empty"},
 		{[]string{"--inject-installer-limits=memroy=16Mi"}, nil, `"memroy" is not a container resource`},
 		{[]string{"--webhook-listen=127.0.0.1:0", "--agent-image=img", "--webhook-namespace=ns", "--inject-installer-requests=cpu"}, nil, "--inject-installer-requests: \"cpu\" is not name=quantity"},
 		{[]string{"--webhook-listen=127.0.0.1:0", "--agent-image=img", "--webhook-namespace=ns", "--inject-installer-requests=cpu=1", "--inject-installer-limits=cpu=100m"}, nil, "--inject-installer-requests cpu=1 is above --inject-installer-limits cpu=100m"},

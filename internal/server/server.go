@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,6 +82,9 @@ type Options struct {
 	// Listener serves the wait API and probes; Metrics serves /metrics.
 	// Either may be nil to serve nothing there.
 	Listener, Metrics net.Listener
+	// Profiling also serves Go's runtime profiles (net/http/pprof) at
+	// /debug/pprof/ on the Metrics listener.
+	Profiling bool
 	// Registry receives the metrics (a new one when nil).
 	Registry *prometheus.Registry
 	// Log receives the server's log lines (slog.Default when nil).
@@ -342,6 +346,13 @@ func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, erro
 	if s.o.Metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.o.Registry, promhttp.HandlerOpts{Registry: s.o.Registry}))
+		if s.o.Profiling {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		serve(s.o.Metrics, mux)
 	}
 	return h, nil
