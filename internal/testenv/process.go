@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -186,3 +187,39 @@ func tail(path string, n int) string {
 }
 
 var errNotRoot = errors.New("the test cluster runs a kubelet and containerd and must run as root (try: sudo make test)")
+
+// RestartAPIServer stops the API server this process started (SIGTERM by
+// its recorded PID, SIGKILL after 30 s), keeps it down for down, starts it
+// again with the same flags and waits until it is ready: a control-plane
+// restart, as an upgrade does. It returns how long the stop took. A
+// cluster this process attached to (make cluster-up) is not its to
+// restart.
+func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) (stopping time.Duration, err error) {
+	const name = "kube-apiserver"
+	r := c.procs[name]
+	if r == nil {
+		return 0, errors.New("restart the API server: this process attached to a running cluster and did not start it")
+	}
+	start := time.Now()
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+	stopping = time.Since(start)
+	pid := r.cmd.Process.Pid
+	delete(c.procs, name)
+	if err := c.st.update(func(s *state) {
+		s.Processes = slices.DeleteFunc(s.Processes, func(p process) bool { return p.Name == name && p.PID == pid })
+	}); err != nil {
+		return stopping, err
+	}
+	select {
+	case <-ctx.Done():
+		return stopping, ctx.Err()
+	case <-time.After(down):
+	}
+	return stopping, c.startAPIServer(ctx)
+}
