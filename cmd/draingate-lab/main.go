@@ -135,6 +135,14 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 		o.DraingateSet = append(o.DraingateSet, v)
 		return nil
 	})
+	fs.Func("chaos", "a fault injected during every rollout: "+strings.Join(lab.ChaosKinds, ", ")+" (see --chaos-at, --chaos-for)", func(v string) error {
+		o.Chaos.Kind = v
+		return nil
+	})
+	fs.DurationVar(&o.Chaos.At, "chaos-at", 5*time.Second, "when the fault starts, after the rollout began")
+	fs.DurationVar(&o.Chaos.For, "chaos-for", 30*time.Second, "how long kill-all keeps the gate servers away, apiserver-restart the API server down, throttle the storm")
+	fs.Float64Var(&o.Chaos.Capacity, "storm-capacity", 2, "throttle: the Describe bucket's capacity during the storm (AWS: 40)")
+	fs.Float64Var(&o.Chaos.Refill, "storm-refill", 0.5, "throttle: the Describe bucket's refill per second during the storm (AWS: 10)")
 	return fs.Uint64("seed", 0, "random seed for lags and propagation delays (0: a new one per run, printed in the report)")
 }
 
@@ -145,7 +153,11 @@ func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv fu
 	if err := parseFlagSet(fs, errBuf, args, getenv, stderr); err != nil {
 		return err
 	}
-	return checkCommon(*o)
+	if err := checkCommon(*o); err != nil {
+		return err
+	}
+	o.Chaos = o.Chaos.Scaled(o.TimeScale)
+	return nil
 }
 
 // parseFlagSet parses args into fs (whose output is errBuf) and applies
@@ -178,7 +190,7 @@ func checkCommon(o lab.Options) error {
 	case o.TimeScale <= 0:
 		return errors.New("--time-scale must be positive")
 	}
-	return nil
+	return o.Chaos.Validate()
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -267,7 +279,8 @@ func loadAndRun(ctx context.Context, cl *testenv.Cluster, strategies []lab.Strat
 			return err
 		}
 	}
-	return f(lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()})
+	return f(lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(),
+		RestartAPIServer: cl.RestartAPIServer})
 }
 
 // writeFile writes through a temporary file so a failure leaves no half file.

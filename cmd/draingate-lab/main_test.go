@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"draingate.dev/draingate/internal/lab"
 )
 
 func TestParseBadInput(t *testing.T) {
@@ -28,9 +30,20 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--json", "/no/such/dir/x.json"}, "folder /no/such/dir does not exist"},
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
 		{[]string{"run", "--draingate-set", "replicaCount"}, `key "replicaCount" has no value`},
+		{[]string{"run", "--chaos", "meteor"}, `--chaos "meteor": want one of kill-one, kill-all, apiserver-restart, throttle`},
+		{[]string{"run", "--chaos", "kill-all", "--chaos-for", "0s"}, "--chaos-for must be positive for kill-all"},
+		{[]string{"run", "--chaos", "throttle", "--storm-capacity", "0.5"}, "--storm-capacity must be at least 1"},
+		{[]string{"run", "--chaos", "kill-one", "--chaos-at", "-1s"}, "--chaos-at must not be negative"},
+		{[]string{"scale", "--pods", "1000,x"}, `--pods: "x" is not a positive count`},
+		{[]string{"scale", "--waiters", "0"}, `--waiters: "0" is not a positive count`},
 	}
 	for _, c := range cases {
-		_, err := parse(c.args, noEnv, io.Discard)
+		var err error
+		if len(c.args) > 0 && c.args[0] == "scale" {
+			_, err = parseScale(c.args[1:], noEnv, io.Discard)
+		} else {
+			_, err = parse(c.args, noEnv, io.Discard)
+		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
 			continue
@@ -63,6 +76,21 @@ func TestParseScenarioAndScale(t *testing.T) {
 	}
 	if st := c.opts.Strategies[2]; st.Name != "draingate" || st.Sleep != 0 {
 		t.Errorf("draingate after scale: %+v, want the name kept and no sleep", st)
+	}
+}
+
+func TestParseChaosScales(t *testing.T) {
+	c, err := parse([]string{"run", "--time-scale", "0.5", "--chaos", "throttle", "--chaos-at", "10s", "--chaos-for", "60s", "--storm-capacity", "3", "--storm-refill", "0.2"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lab.Chaos{Kind: lab.ChaosThrottle, At: 5 * time.Second, For: 30 * time.Second, Capacity: 3, Refill: 0.2}
+	if c.opts.Chaos != want {
+		t.Errorf("chaos %+v, want %+v (durations scaled, the bucket not)", c.opts.Chaos, want)
+	}
+	c, err = parse([]string{"run"}, noEnv, io.Discard)
+	if err != nil || c.opts.Chaos.Kind != "" {
+		t.Errorf("no --chaos: %+v, %v; want none", c.opts.Chaos, err)
 	}
 }
 

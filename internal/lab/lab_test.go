@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,56 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 				if p.SIGTERM.IsZero() || p.Exit.IsZero() || len(p.Nodes) < sc.LBNodes {
 					t.Errorf("pod %s: SIGTERM %v, exit %v, %d load balancer nodes reported (want %d)", p.Name, p.SIGTERM, p.Exit, len(p.Nodes), sc.LBNodes)
 				}
+			}
+		})
+	}
+}
+
+// TestChaosFaultsHappen plays the alb scenario once with draingate per
+// fault, shortened, and checks that each fault happened and was undone as
+// the report says, and that every stopped pod was still let go by its
+// agent. What the faults cost is the lab runs' finding, not this test's.
+func TestChaosFaultsHappen(t *testing.T) {
+	c := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	loadImages(ctx, t, c)
+	const scale, replicas = 0.2, 2
+	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(),
+		RestartAPIServer: c.RestartAPIServer}
+	want := map[string][]string{
+		ChaosKillOne:   {"deleted with no grace (of 2 replicas)"},
+		ChaosKillAll:   {"deleted with no grace (of 2 replicas)", "scaled back to 2 replicas"},
+		ChaosAPIServer: {"API server stopping (SIGTERM)", "API server ready again"},
+		ChaosThrottle:  {"Describe bucket shrunk to 1, refill 0.2/s", "Describe bucket back"},
+	}
+	for _, kind := range ChaosKinds {
+		t.Run(kind, func(t *testing.T) {
+			ch := Chaos{Kind: kind, At: 2 * time.Second, For: 20 * time.Second, Capacity: 1, Refill: 0.2}.Scaled(scale)
+			rep, err := Run(ctx, env, Options{
+				Scenario: Scenarios["alb"].Scaled(scale), TimeScale: scale, Replicas: replicas, Rollouts: 1, RPS: 20, Seed: 13,
+				Strategies: []Strategy{{Name: "draingate", Gate: true}}, Progress: os.Stderr, Chaos: ch,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep.WriteTable(os.Stderr)
+			s := rep.Strategies[0]
+			got := strings.Join(s.Chaos, "\n")
+			for _, w := range want[kind] {
+				if !strings.Contains(got, w) {
+					t.Errorf("chaos record lacks %q:\n%s", w, got)
+				}
+			}
+			released := 0
+			for _, n := range s.Releases {
+				released += n
+			}
+			if released != len(s.Pods) || len(s.Pods) != replicas {
+				t.Errorf("released by %v for %d stopped pods: want one closing line for each of %d", s.Releases, len(s.Pods), replicas)
+			}
+			if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "chaos: ") }) {
+				t.Errorf("the report's notes do not name the fault: %v", rep.Notes)
 			}
 		})
 	}

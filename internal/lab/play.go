@@ -75,7 +75,12 @@ func (p *play) rolledOut(ctx context.Context, name string) error {
 	}
 	if p.gate != nil {
 		if err := injected(ctx, p.r.env.Client, p.ns); err != nil {
-			return err
+			// A fault may take the webhook away (it fails open): that
+			// pod stops ungated, which the report must show, not hide.
+			if p.r.o.Chaos.Kind == "" {
+				return err
+			}
+			p.r.notes = append(p.r.notes, fmt.Sprintf("%s: under chaos %s: %v", p.st.Name, p.r.o.Chaos.Kind, err))
 		}
 	}
 	if p.sc.Sidecar {

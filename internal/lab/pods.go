@@ -11,6 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -38,6 +40,9 @@ type podRecord struct {
 	// (its "source" lines).
 	sources   map[string]int
 	following bool
+	// logLost: the pod was gone before its log could be read to the end
+	// (an API server outage cut the stream); its exit is not known.
+	logLost bool
 }
 
 // tracker watches a namespace's pods and follows each app container's log.
@@ -110,13 +115,34 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 // "sigterm <ns>", "exit <ns>", "liveness-failed <ns>" and
 // "source <ip> <total> <after-sigterm>" lines and the agent's last word on
 // why it let the pod go (the injected agent writes its lines there too).
+//
+// A stream cut before the exit line (the API server restarted) is opened
+// again, from the log's start, until the exit line is read or the pod is
+// gone (then its record says logLost).
 func (t *tracker) follow(ctx context.Context, pod string) {
-	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if _, err := t.cl.CoreV1().Pods(t.ns).Get(ctx, pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				t.mu.Lock()
+				t.pods[pod].logLost = true
+				t.mu.Unlock()
+				return
+			}
+		}
 		rc, err := t.cl.CoreV1().Pods(t.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
 		if err != nil {
-			time.Sleep(time.Second)
 			continue
 		}
+		// The log is read again from its start: what is counted from it
+		// starts again too.
+		t.mu.Lock()
+		t.pods[pod].sources, t.pods[pod].agentLines = nil, nil
+		t.mu.Unlock()
 		sc := bufio.NewScanner(rc)
 		for sc.Scan() {
 			if strings.HasPrefix(sc.Text(), "draingate-prestop: traffic evidence") {
@@ -127,7 +153,10 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 			}
 			if why, ok := releaseReason(sc.Text()); ok {
 				t.mu.Lock()
-				t.pods[pod].release, t.pods[pod].releasedAt = why, time.Now()
+				if t.pods[pod].release == "" {
+					t.pods[pod].releasedAt = time.Now()
+				}
+				t.pods[pod].release = why
 				t.pods[pod].closes = targetGroupCloses(sc.Text())
 				t.pods[pod].agentLines = append(t.pods[pod].agentLines, sc.Text())
 				t.mu.Unlock()
@@ -215,7 +244,7 @@ func (t *tracker) longestGrace() time.Duration {
 func (t *tracker) exitPending() int {
 	n := 0
 	for _, r := range t.snapshot() {
-		if (!r.deletedAt.IsZero() || !r.restarted.IsZero()) && r.exit.IsZero() {
+		if (!r.deletedAt.IsZero() || !r.restarted.IsZero()) && r.exit.IsZero() && !r.logLost {
 			n++
 		}
 	}

@@ -46,6 +46,9 @@ type Options struct {
 	RPS          int
 	Seed         uint64
 	Progress     io.Writer
+	// Chaos is a fault injected during every rollout (already scaled);
+	// the zero value injects none.
+	Chaos Chaos
 }
 
 // loadPer is the period the load sends RPS requests in: a second at full
@@ -87,6 +90,11 @@ type Env struct {
 	// node's nor a pod's, so the app tells the nodes apart. Empty: every
 	// node connects from the host's own address.
 	LBSources []string
+	// RestartAPIServer stops the cluster's API server, waits down and
+	// starts it again (testenv's Cluster.RestartAPIServer); nil when the
+	// lab cannot (a cluster it attached to).
+	// It returns how long the stop took.
+	RestartAPIServer func(ctx context.Context, down time.Duration) (stopping time.Duration, err error)
 }
 
 // Run measures every strategy in turn and returns the report.
@@ -119,14 +127,17 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 	}
 	emu := elbv2sim.New(elbv2sim.Config{})
 	defer emu.Close()
+	var registration elbv2sim.BucketConfig // zero: AWS's
 	if o.Scenario.RegistrationRefill > 0 {
 		capacity := o.Scenario.RegistrationCapacity
 		if capacity <= 0 {
 			capacity = 1
 		}
-		emu.SetThrottle(elbv2sim.BucketConfig{Capacity: 40, RefillPerSecond: 10},
-			elbv2sim.BucketConfig{Capacity: capacity, RefillPerSecond: o.Scenario.RegistrationRefill},
-			elbv2sim.BucketConfig{Capacity: 40, RefillPerSecond: 10})
+		registration = elbv2sim.BucketConfig{Capacity: capacity, RefillPerSecond: o.Scenario.RegistrationRefill}
+		emu.SetThrottle(elbv2sim.BucketConfig{}, registration, elbv2sim.BucketConfig{})
+	}
+	if o.Chaos.Kind != "" {
+		rep.Notes = append(rep.Notes, "chaos: "+o.Chaos.String())
 	}
 	listen := "127.0.0.1"
 	if env.HostIP != "" {
@@ -141,7 +152,7 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 	if err != nil {
 		return rep, err
 	}
-	r := &runner{env: env, o: o, emu: emu, emuURL: url, elb: elb, dyn: dyn, start: time.Now()}
+	r := &runner{env: env, o: o, emu: emu, emuURL: url, elb: elb, dyn: dyn, start: time.Now(), registration: registration}
 	for i, st := range o.Strategies {
 		res, err := r.strategy(ctx, i, st)
 		if err != nil {
@@ -162,6 +173,8 @@ type runner struct {
 	dyn    dynamic.Interface
 	start  time.Time
 	notes  []string
+	// registration is the emulator's Registration bucket outside a storm.
+	registration elbv2sim.BucketConfig
 }
 
 func (r *runner) progress(st Strategy, format string, args ...any) {
@@ -267,7 +280,23 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	time.Sleep(2 * time.Second) // a steady state before the first rollout
 	for i := 1; i <= r.o.Rollouts; i++ {
 		r.progress(st, "%s %d/%d", sc.Workload, i, r.o.Rollouts)
-		if err := p.step(ctx, i); err != nil {
+		chaosDone := make(chan error, 1)
+		if r.o.Chaos.Kind != "" {
+			go func() {
+				chaosDone <- r.chaos(ctx, st, gate, func(s string) {
+					r.progress(st, "chaos: %s", s)
+					res.Chaos = append(res.Chaos, fmt.Sprintf("rollout %d: %s", i, s))
+				})
+			}()
+		} else {
+			chaosDone <- nil
+		}
+		err := p.step(ctx, i)
+		// The fault is over before the next rollout or the settling.
+		if cerr := <-chaosDone; cerr != nil && err == nil {
+			err = fmt.Errorf("chaos %s: %w", r.o.Chaos.Kind, cerr)
+		}
+		if err != nil {
 			return res, err
 		}
 	}
@@ -296,6 +325,12 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
 	if st.Gate {
 		res.GateELBv2Calls = diffCounts(byBefore[gateAccessKey], r.emu.CallsBy()[gateAccessKey])
+		n := 0
+		for _, c := range res.GateELBv2Calls {
+			n += c
+		}
+		span := res.Timeline.End.Sub(res.Timeline.Start).Seconds()
+		r.notes = append(r.notes, fmt.Sprintf("%s: draingate made %d ELBv2 calls in the %.0f s of load (%.2f/s, every replica together; throttled ones included)", st.Name, n, span, float64(n)/span))
 	}
 	if res.NoTarget > 0 {
 		r.progress(st, "done: %d requests, %d failed (%d answered by a load balancer node with no target in rotation)", res.Requests, res.Failed, res.NoTarget)
@@ -310,6 +345,9 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 	for _, p := range pods.snapshot() {
 		if p.deletedAt.IsZero() && p.restarted.IsZero() {
 			continue
+		}
+		if p.logLost && p.exit.IsZero() {
+			r.notes = append(r.notes, fmt.Sprintf("%s: pod %s was gone before its log could be read to the end (its stream was cut, e.g. by an API server outage): its exit is not measured", res.Name, p.name))
 		}
 		if !p.deletedAt.IsZero() && !p.exit.IsZero() {
 			res.Terminations = append(res.Terminations, p.exit.Sub(p.deletedAt))

@@ -37,6 +37,9 @@ type Strategy struct {
 	// ("drained", "deadline", "max-wait", "fallback", ...); empty without an
 	// agent.
 	Releases map[string]int
+	// Chaos says what each injected fault did, when (seconds since the
+	// run began); empty without one.
+	Chaos []string `json:",omitempty"`
 	// Pods are the pods that stopped (deleted, or restarted), one each.
 	Pods     []Pod
 	Timeline Timeline

@@ -192,6 +192,21 @@ func TestWriteTable(t *testing.T) {
 	}
 }
 
+func TestWriteTableChaos(t *testing.T) {
+	r := sample()
+	r.Strategies[1].Chaos = []string{"rollout 1: at 12.0s: API server stopped"}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nchaos (sleep:30s):\n  rollout 1: at 12.0s: API server stopped\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
+	if strings.Count(b.String(), "chaos (") != 1 {
+		t.Errorf("a chaos block for a strategy without faults:\n%s", b.String())
+	}
+}
+
 func TestPercentNeverHidesFailures(t *testing.T) {
 	for _, c := range []struct {
 		failed, req int

@@ -46,6 +46,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	if err := writeAllCallers(&b, r.Strategies); err != nil {
 		return err
 	}
+	writeChaos(&b, r.Strategies)
 	writeEvidence(&b, r.Strategies)
 	writeTailCloses(&b, r.Strategies)
 	writePodLines(&b, r.Strategies)
@@ -61,6 +62,19 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeChaos lists what each injected fault did, per strategy.
+func writeChaos(b *strings.Builder, ss []Strategy) {
+	for _, s := range ss {
+		if len(s.Chaos) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "\nchaos (%s):\n", s.Name)
+		for _, c := range s.Chaos {
+			fmt.Fprintf(b, "  %s\n", c)
+		}
+	}
 }
 
 // writeEvidence lists, for strategies whose gate named target group routes
