@@ -153,7 +153,9 @@ func WritePNG(path string, rs []Result) error {
 			p.Legend.Add(s.name, l, pts)
 		}
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	// Bottom right: below the lines, which all rise with the pods.
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Title.Padding = vg.Points(8)
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
