@@ -36,6 +36,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--chaos", "kill-one", "--chaos-at", "-1s"}, "--chaos-at must not be negative"},
 		{[]string{"scale", "--pods", "1000,x"}, `--pods: "x" is not a positive count`},
 		{[]string{"scale", "--waiters", "0"}, `--waiters: "0" is not a positive count`},
+		{[]string{"scale", "--server-env", "GOGC"}, `want K=V, got "GOGC"`},
 	}
 	for _, c := range cases {
 		var err error

@@ -38,6 +38,13 @@ func parseScale(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.DurationVar(&c.cell.Steady, "steady", 20*time.Second, "how long each cell measures while every agent waits")
 	fs.DurationVar(&c.cell.ReleaseTimeout, "release-timeout", 5*time.Minute, "longest wait for the releases after the route change")
 	fs.Uint64Var(&c.cell.Seed, "seed", 1, "picks the waiting pods")
+	fs.Func("server-env", "K=V added to the server's environment, e.g. GOGC=50 or GOMEMLIMIT=100MiB (repeatable), for sizing experiments; the table says so", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("want K=V, got %q", v)
+		}
+		c.cell.ServerEnv = append(c.cell.ServerEnv, v)
+		return nil
+	})
 	fs.StringVar(&c.out, "out", "out/scale", "folder for scale.md, scale.json, memory.png and the servers' logs (created if missing)")
 	if err := parseFlagSet(fs, &errBuf, args, getenv, stderr); err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ const agentPollWait = 20 * time.Second
 func (r *run) measure(ctx context.Context) (Result, error) {
 	cfg := r.cfg
 	res := Result{Pods: cfg.Pods, Waiters: cfg.Waiters, Services: cfg.Services, TargetGroups: len(r.arns),
-		Namespaces: len(r.namespaces), DescribeBudget: serverRate}
+		Namespaces: len(r.namespaces), DescribeBudget: serverRate, ServerEnv: cfg.ServerEnv}
 	srv, err := r.startServer(ctx)
 	if err != nil {
 		return res, err
@@ -72,7 +72,8 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 	if res.RSS, res.PeakRSS, err = srv.memory(); err != nil {
 		return res, err
 	}
-	res.HeapInuse, _ = srv.heapInuse(ctx)
+	res.HeapInuse, _ = srv.metric(ctx, "go_memstats_heap_inuse_bytes")
+	res.StackInuse, _ = srv.metric(ctx, "go_memstats_stack_inuse_bytes")
 	res.HeapProfile = filepath.Join(r.env.Dir, fmt.Sprintf("heap-%d-%d.pb.gz", cfg.Pods, cfg.Waiters))
 	if err := srv.saveHeapProfile(ctx, res.HeapProfile); err != nil {
 		return res, err
@@ -322,6 +323,7 @@ func (r *run) startServer(ctx context.Context) (*server, error) {
 		"--wait-api-sources", "any", "--tail-endpointslice", "0", "--tail-alb", "0", "--log-format", "json", "--profiling")
 	s.cmd.Env = []string{"AWS_ACCESS_KEY_ID=" + accessKey, "AWS_SECRET_ACCESS_KEY=scale", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "HOME=/nonexistent"}
+	s.cmd.Env = append(s.cmd.Env, r.cfg.ServerEnv...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	// The server dies with the benchmark, whatever ends it.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -430,19 +432,19 @@ func (s *server) memory() (rss, peak uint64, err error) {
 	return rss, peak, sc.Err()
 }
 
-// heapInuse reads go_memstats_heap_inuse_bytes from the server's metrics.
-func (s *server) heapInuse(ctx context.Context) (uint64, error) {
+// metric reads one unlabelled gauge from the server's metrics.
+func (s *server) metric(ctx context.Context, name string) (uint64, error) {
 	status, body, err := get(ctx, http.DefaultClient, s.metrics)
 	if err != nil || status != http.StatusOK {
 		return 0, fmt.Errorf("metrics: %d %v", status, err)
 	}
 	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return uint64(f), err
 		}
 	}
-	return 0, errors.New("no go_memstats_heap_inuse_bytes in the metrics")
+	return 0, fmt.Errorf("no %s in the metrics", name)
 }
 
 // saveHeapProfile writes the server's heap profile (its live objects

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -21,17 +22,22 @@ const mib = 1 << 20
 
 // WriteTable prints the results as a Markdown table, then the memory slopes.
 func WriteTable(w io.Writer, rs []Result) error {
-	fmt.Fprintln(w, "| pods | waiters | Services / target groups | RSS MiB | peak RSS MiB | Go heap MiB | CPU cores | answer p50 / p99 ms | release p50 / p99 / max s | EndpointSlices only: release p50 / p99 s | behind a target group: pods, release p50 / p99 s | released / early / still waiting | DescribeTargetHealth/s (budget) | ready s |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| pods | waiters | Services / target groups | RSS MiB | peak RSS MiB | Go heap MiB | stacks MiB | CPU cores | answer p50 / p99 ms | release p50 / p99 / max s | EndpointSlices only: release p50 / p99 s | behind a target group: pods, release p50 / p99 s | released / early / still waiting | DescribeTargetHealth/s (budget) | ready s |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %d | %d | %d / %d | %.1f | %.1f | %.1f | %.2f | %s / %s | %s / %s / %s | %s / %s | %d, %s / %s | %d / %d / %d | %.2f (%g) | %.1f |\n",
+		fmt.Fprintf(w, "| %d | %d | %d / %d | %.1f | %.1f | %.1f | %.1f | %.2f | %s / %s | %s / %s / %s | %s / %s | %d, %s / %s | %d / %d / %d | %.2f (%g) | %.1f |\n",
 			r.Pods, r.Waiters, r.Services, r.TargetGroups,
-			float64(r.RSS)/mib, float64(r.PeakRSS)/mib, float64(r.HeapInuse)/mib, r.CPU,
+			float64(r.RSS)/mib, float64(r.PeakRSS)/mib, float64(r.HeapInuse)/mib, float64(r.StackInuse)/mib, r.CPU,
 			ms(r.AnswerP50), ms(r.AnswerP99), sec(r.ReleaseP50), sec(r.ReleaseP99), sec(r.ReleaseMax),
 			sec(r.SliceOnlyP50), sec(r.SliceOnlyP99), r.TargetGroupReleased, sec(r.TargetGroupReleaseP50), sec(r.TargetGroupReleaseP99),
 			r.Released, r.Early, r.Unreleased, r.DescribePerSecond, r.DescribeBudget, r.Ready.Seconds())
 	}
 	fmt.Fprintln(w)
+	for _, r := range rs {
+		if len(r.ServerEnv) > 0 {
+			fmt.Fprintf(w, "- %d pods, %d waiters: the server ran with %s\n", r.Pods, r.Waiters, strings.Join(r.ServerEnv, " "))
+		}
+	}
 	for _, s := range Slopes(rs) {
 		fmt.Fprintf(w, "- %d waiters: RSS grows %.0f bytes per pod (Go heap in use: %.0f bytes per pod), least squares over %d sizes\n",
 			s.Waiters, s.RSS, s.Heap, s.Points)

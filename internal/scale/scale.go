@@ -46,6 +46,9 @@ type Config struct {
 	Steady, SampleEvery, ReleaseTimeout time.Duration
 	// Seed picks the waiting pods.
 	Seed uint64
+	// ServerEnv is added to the server's environment (e.g. GOGC=50,
+	// GOMEMLIMIT=100MiB), for sizing experiments.
+	ServerEnv []string
 }
 
 func (c *Config) fill() error {
@@ -93,12 +96,16 @@ type Env struct {
 // Result is one cell's figures.
 type Result struct {
 	Pods, Waiters, Services, TargetGroups, Namespaces int
+	// ServerEnv is what Config.ServerEnv added to the server's environment.
+	ServerEnv []string `json:",omitempty"`
 
 	// RSS is the server's resident memory at the end of the steady
 	// window, PeakRSS its high-water mark over the whole run (the initial
 	// lists included), HeapInuse the Go heap in use then (its own
 	// go_memstats_heap_inuse_bytes).
 	RSS, PeakRSS, HeapInuse uint64
+	// StackInuse is the goroutine stacks' memory then.
+	StackInuse uint64
 	// HeapProfile is the server's heap profile then (go tool pprof).
 	HeapProfile string `json:",omitempty"`
 	// CPU is the cores the server used on average over the steady window.

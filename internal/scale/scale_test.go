@@ -45,8 +45,8 @@ func TestRunReleasesEachPodAfterItsRouteChange(t *testing.T) {
 	if res.Answers == 0 || res.AnswerP99 <= 0 {
 		t.Errorf("no answer latency measured: %+v", res)
 	}
-	if res.RSS == 0 || res.PeakRSS < res.RSS || res.HeapInuse == 0 {
-		t.Errorf("memory not read: RSS %d, peak %d, heap %d", res.RSS, res.PeakRSS, res.HeapInuse)
+	if res.RSS == 0 || res.PeakRSS < res.RSS || res.HeapInuse == 0 || res.StackInuse == 0 {
+		t.Errorf("memory not read: RSS %d, peak %d, heap %d, stacks %d", res.RSS, res.PeakRSS, res.HeapInuse, res.StackInuse)
 	}
 	if b, err := os.ReadFile(res.HeapProfile); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 		t.Errorf("heap profile %s not saved as gzip: %v", res.HeapProfile, err)
@@ -137,7 +137,7 @@ func TestReportFiles(t *testing.T) {
 	if err := WriteTable(&b, rs); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 1000 | 100 | 200 / 40 | 50.0 | 60.0 | 20.0 |", "| 1.5 / 9.0 |", "100 waiters: RSS grows"} {
+	for _, want := range []string{"| 1000 | 100 | 200 / 40 | 50.0 | 60.0 | 20.0 | 0.0 |", "| 1.5 / 9.0 |", "100 waiters: RSS grows"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
