@@ -35,6 +35,7 @@ type jsonStrategy struct {
 	GateELBv2Calls map[string]int `json:"gate_elbv2_calls"`
 	Releases       map[string]int `json:"releases"`
 	Evidence       string         `json:"evidence,omitempty"`
+	Chaos          []string       `json:"chaos,omitempty"`
 	Pods           []jsonPod      `json:"pods"`
 }
 
@@ -78,7 +79,7 @@ type jsonPodNode struct {
 //	   "termination_p50_s", "termination_p99_s", "restart_p50_s",
 //	   "slack_p50_s", "slack_min_s", "after_sigterm",
 //	   "elbv2_calls": {action: calls}, "gate_elbv2_calls": {action: calls},
-//	   "releases": {reason: pods},
+//	   "releases": {reason: pods}, "chaos": [what each fault did],
 //	   "pods": [{"name", "ip", "deleted", "failed_probe", "restarted",
 //	     "sigterm", "exit", "release", "released_at", "draining",
 //	     "after_sigterm",
@@ -116,6 +117,7 @@ func (r Report) jsonReport() jsonReport {
 			GateELBv2Calls: copyCounts(s.GateELBv2Calls),
 			Releases:       copyCounts(s.Releases),
 			Evidence:       s.EvidenceSummary(),
+			Chaos:          append([]string(nil), s.Chaos...),
 			Pods:           []jsonPod{},
 		}
 		js.TerminationP50 = secondsPtr(s.TerminationP50())

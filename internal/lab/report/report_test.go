@@ -205,6 +205,20 @@ func TestWriteTableChaos(t *testing.T) {
 	if strings.Count(b.String(), "chaos (") != 1 {
 		t.Errorf("a chaos block for a strategy without faults:\n%s", b.String())
 	}
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := `"chaos": [`; !strings.Contains(b.String(), want) || strings.Count(b.String(), want) != 1 {
+		t.Errorf("JSON has %d %q, want 1", strings.Count(b.String(), want), want)
+	}
+	b.Reset()
+	if err := (Scoreboard{Runs: []Report{r}}).WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "- alb: sleep:30s: chaos rollout 1: at 12.0s: API server stopped"; !strings.Contains(b.String(), want) {
+		t.Errorf("scoreboard lacks %q:\n%s", want, b.String())
+	}
 }
 
 func TestPercentNeverHidesFailures(t *testing.T) {

@@ -60,6 +60,11 @@ func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 		for _, n := range r.Notes {
 			notes = append(notes, r.Scenario+": "+n)
 		}
+		for _, s := range r.Strategies {
+			for _, c := range s.Chaos {
+				notes = append(notes, r.Scenario+": "+s.Name+": chaos "+c)
+			}
+		}
 	}
 	if len(notes) > 0 {
 		sb.WriteString("\n")
