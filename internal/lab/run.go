@@ -90,10 +90,9 @@ type Env struct {
 	// node's nor a pod's, so the app tells the nodes apart. Empty: every
 	// node connects from the host's own address.
 	LBSources []string
-	// RestartAPIServer stops the cluster's API server, waits down and
-	// starts it again (testenv's Cluster.RestartAPIServer); nil when the
-	// lab cannot (a cluster it attached to).
-	// It returns how long the stop took.
+	// RestartAPIServer stops the cluster's API server, waits down, starts
+	// it again and returns how long the stop took (testenv's
+	// Cluster.RestartAPIServer); nil when the lab cannot.
 	RestartAPIServer func(ctx context.Context, down time.Duration) (stopping time.Duration, err error)
 }
 
