@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -135,6 +136,24 @@ func (f *serveFlags) validate() error {
 	return errors.Join(errs...)
 }
 
+// serverGOGC is the Go collector's target the server runs with unless
+// GOGC is set: it holds mostly small long-lived objects (its caches) and
+// one goroutine per held long-poll, and at 50 instead of Go's 100 its RSS
+// measured 124.6 MiB instead of 146.8–150.3 MiB at 5,000 pods and 1,000
+// waiting agents, for no CPU the scale benchmark could tell apart (0.10
+// cores against 0.09–0.11).
+const serverGOGC = 50
+
+// gcTarget says what the collector's target is (for the log) and whether
+// the server must set it: GOGC from the environment, which the runtime
+// already applied, wins.
+func gcTarget(getenv func(string) string) (gogc string, apply bool) {
+	if v := getenv("GOGC"); v != "" {
+		return v, false
+	}
+	return strconv.Itoa(serverGOGC), true
+}
+
 // Main is the draingate command line; it returns the exit code.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	return cli.Dispatch("draingate", usage, map[string]func([]string) int{
@@ -233,9 +252,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
 		return 1
 	}
+	gc, apply := gcTarget(getenv)
+	if apply {
+		debug.SetGCPercent(serverGOGC)
+	}
 	log.Info("draingate serve starting", "target_groups", f.targetGroups, "aws_rate", f.rate, "aws_burst", f.burst,
 		"tails", fmt.Sprintf("endpointslice=%s alb=%s nlb=%s", f.tailSlice, f.tailALB, f.tailNLB),
-		"traffic_evidence", f.trafficEvidence, "traffic_epsilon", f.trafficEpsilon)
+		"traffic_evidence", f.trafficEvidence, "traffic_epsilon", f.trafficEpsilon, "gogc", gc)
 	if err := s.Run(ctx); err != nil {
 		log.Error("draingate serve stopped", "err", err)
 		return 1

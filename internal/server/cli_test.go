@@ -83,3 +83,12 @@ func TestMainCommands(t *testing.T) {
 		t.Errorf("unknown command: exit %d, %q", code, errb.String())
 	}
 }
+
+func TestGCTarget(t *testing.T) {
+	if gc, apply := gcTarget(func(string) string { return "" }); gc != "50" || !apply {
+		t.Errorf("GOGC unset: %q, apply %v; want the server's 50, applied", gc, apply)
+	}
+	if gc, apply := gcTarget(func(k string) string { return map[string]string{"GOGC": "off"}[k] }); gc != "off" || apply {
+		t.Errorf("GOGC=off: %q, apply %v; want the environment's, left to the runtime", gc, apply)
+	}
+}
