@@ -328,6 +328,7 @@ func TestDefaultArgs(t *testing.T) {
 		"inject-shutdown-budget": "30s",
 		"inject-image-volume":    "false",
 		"wait-api-sources":       "pod",
+		"profiling":              "false",
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
@@ -381,6 +382,7 @@ func TestArgsFollowValues(t *testing.T) {
 		{"ports: {http: 8081}", map[string]string{"listen": ":8081", "agent-server": "http://draingate.draingate-system.svc:8081"}},
 		{"ports: {metrics: 9191}", map[string]string{"metrics-listen": ":9191"}},
 		{"metrics: {enabled: false}", map[string]string{"metrics-listen": ""}},
+		{"metrics: {profiling: true}", map[string]string{"profiling": "true", "metrics-listen": ":9090"}},
 		{"ports: {webhook: 10443}", map[string]string{"webhook-listen": ":10443"}},
 		{"targetGroups: false", map[string]string{"target-groups": "false"}},
 		{"aws: {region: eu-west-1, elbv2Endpoint: 'https://vpce-1.elasticloadbalancing.eu-west-1.vpce.amazonaws.com', rate: 0.5, burst: 3}",
@@ -954,12 +956,13 @@ func TestWebhook(t *testing.T) {
 		}
 	}
 	for values, want := range map[string][]string{
-		"webhook: {failurePolicy: Bogus}":  {"webhook.failurePolicy", "Bogus"},
-		"webhook: {failurePolicy: ignore}": {"webhook.failurePolicy", "ignore"},
-		"webhook: {timeoutSeconds: 30}":    {"webhook.timeoutSeconds", "30"},
-		"logFormat: xml":                   {"logFormat", "xml"},
-		"aws: {rate: 0}":                   {"aws.rate", "0"},
-		"aws: {burst: 0}":                  {"aws.burst", "0"},
+		"webhook: {failurePolicy: Bogus}":            {"webhook.failurePolicy", "Bogus"},
+		"webhook: {failurePolicy: ignore}":           {"webhook.failurePolicy", "ignore"},
+		"webhook: {timeoutSeconds: 30}":              {"webhook.timeoutSeconds", "30"},
+		"logFormat: xml":                             {"logFormat", "xml"},
+		"aws: {rate: 0}":                             {"aws.rate", "0"},
+		"aws: {burst: 0}":                            {"aws.burst", "0"},
+		"metrics: {enabled: false, profiling: true}": {"metrics.profiling", "metrics.enabled"},
 	} {
 		_, err := renderChart(t, release, values)
 		if err == nil {
