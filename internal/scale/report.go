@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,12 +58,9 @@ type Slope struct {
 
 // Slopes fits one Slope per waiter count with at least two pod counts.
 func Slopes(rs []Result) []Slope {
-	by := map[int][]Result{}
-	for _, r := range rs {
-		by[r.Waiters] = append(by[r.Waiters], r)
-	}
+	by := byWaiters(rs)
 	var out []Slope
-	for _, w := range slices.Sorted(mapKeys(by)) {
+	for _, w := range slices.Sorted(maps.Keys(by)) {
 		g := by[w]
 		xs := make([]float64, len(g))
 		rss := make([]float64, len(g))
@@ -100,14 +98,13 @@ func slope(xs, ys []float64) (float64, bool) {
 	return sxy / sxx, true
 }
 
-func mapKeys[K cmp.Ordered, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
+// byWaiters groups the results by their waiter count.
+func byWaiters(rs []Result) map[int][]Result {
+	by := map[int][]Result{}
+	for _, r := range rs {
+		by[r.Waiters] = append(by[r.Waiters], r)
 	}
+	return by
 }
 
 // WriteJSON writes the results.
@@ -133,11 +130,8 @@ func WritePNG(path string, rs []Result) error {
 	p.Y.Label.Text = "MiB"
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	by := map[int][]Result{}
-	for _, r := range rs {
-		by[r.Waiters] = append(by[r.Waiters], r)
-	}
-	for k, w := range slices.Sorted(mapKeys(by)) {
+	by := byWaiters(rs)
+	for k, w := range slices.Sorted(maps.Keys(by)) {
 		g := slices.SortedFunc(slices.Values(by[w]), func(a, b Result) int { return cmp.Compare(a.Pods, b.Pods) })
 		rss, heap := make(plotter.XYs, len(g)), make(plotter.XYs, len(g))
 		for i, r := range g {
