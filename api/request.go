@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,8 +49,9 @@ func badRequest(format string, args ...any) error {
 }
 
 // ParseDrainRequest reads a drain request from the method and URL of an HTTP
-// request. Its errors are *RequestError. Query parameters other than uid, wait
-// and traffic are ignored, so a newer agent can still ask an older server.
+// request. Its errors are *RequestError. Query parameters other than uid,
+// wait, traffic and traffic-every-us (read only beside traffic) are ignored,
+// so a newer agent can still ask an older server.
 func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if method != "GET" {
 		return DrainRequest{}, &RequestError{
@@ -71,7 +73,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if err != nil {
 		return DrainRequest{}, badRequest("the query string is malformed: %v", err)
 	}
-	for _, k := range []string{"uid", "wait", "traffic"} {
+	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam} {
 		if n := len(q[k]); n > 1 {
 			return DrainRequest{}, badRequest("query parameter %s is given %d times: give it once", k, n)
 		}
@@ -87,6 +89,11 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if tr, ok := q["traffic"]; ok {
 		if r.Traffic, err = ParseTraffic(tr[0]); err != nil {
 			return DrainRequest{}, err
+		}
+		if e, ok := q[trafficEveryParam]; ok {
+			if r.Traffic.Every, err = parseEvery(e[0], r.Traffic.Watched); err != nil {
+				return DrainRequest{}, err
+			}
 		}
 	}
 	if err := r.Validate(); err != nil {
@@ -133,12 +140,36 @@ func (r DrainRequest) URL(base string) string {
 	}
 	if r.Traffic != nil {
 		q.Set("traffic", EncodeTraffic(r.Traffic))
+		if r.Traffic.Every > 0 {
+			// Microseconds: a mean interval is rarely whole milliseconds,
+			// and rounding it down would make the server count looks the
+			// agent never took.
+			q.Set(trafficEveryParam, strconv.FormatInt(max(r.Traffic.Every.Microseconds(), 1), 10))
+		}
 	}
 	s := strings.TrimRight(base, "/") + r.Path()
 	if len(q) > 0 {
 		s += "?" + q.Encode()
 	}
 	return s
+}
+
+// trafficEveryParam is the query parameter of Traffic.Every, in whole
+// microseconds.
+const trafficEveryParam = "traffic-every-us"
+
+// parseEvery reads Traffic.Every: from a microsecond to a minute, and no
+// longer than the watch (one look needs two samples).
+func parseEvery(s string, watched time.Duration) (time.Duration, error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if !digits(s) || err != nil || v < 1 || v > int64(time.Minute/time.Microsecond) {
+		return 0, badRequest("%s %s is not microseconds from 1 to a minute", trafficEveryParam, quote(s))
+	}
+	d := time.Duration(v) * time.Microsecond
+	if d > watched+time.Millisecond {
+		return 0, badRequest("%s %s is longer than the watch (%s): no look was taken twice", trafficEveryParam, d, watched)
+	}
+	return d, nil
 }
 
 // isDNSLabel reports whether s is an RFC 1123 label as Kubernetes checks

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,12 @@ func TestParseDrainRequest(t *testing.T) {
 		{"GET", "/v1/namespaces/n/pods/p/drain?wait=1s&wait=2s", 400, "2 times"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?uid=a;b", 400, "malformed"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?uid=%zz", 400, "malformed"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=0", 400, "traffic-every-us"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=1e5", 400, "traffic-every-us"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=-100", 400, "traffic-every-us"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=60000001", 400, "a minute"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=1000000", 400, "longer than the watch"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=1&traffic-every-us=2", 400, "2 times"},
 	}
 	for _, c := range bad {
 		_, err := ParseDrainRequest(c.method, mustURL(t, c.url))
@@ -99,6 +106,21 @@ func TestDrainRequestURL(t *testing.T) {
 	}
 	if got := (DrainRequest{Namespace: "n", Pod: "p"}).URL("http://g"); got != "http://g/v1/namespaces/n/pods/p/drain" {
 		t.Errorf("bare request URL = %s", got)
+	}
+
+	// The sampling interval travels beside the summary, in microseconds;
+	// without a summary it means nothing and is ignored.
+	tr := DrainRequest{Namespace: "n", Pod: "p", Traffic: &Traffic{Watched: 5 * time.Second, Every: 100125 * time.Microsecond}}
+	got := tr.URL("http://g")
+	if want := "http://g/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D5000&traffic-every-us=100125"; got != want {
+		t.Errorf("URL with traffic = %s, want %s", got, want)
+	}
+	back, err := ParseDrainRequest("GET", mustURL(t, got))
+	if err != nil || !reflect.DeepEqual(back.Traffic, tr.Traffic) {
+		t.Errorf("round trip of %s: got %+v, %v", got, back.Traffic, err)
+	}
+	if back, err := ParseDrainRequest("GET", mustURL(t, "http://g/v1/namespaces/n/pods/p/drain?traffic-every-us=100000")); err != nil || back.Traffic != nil {
+		t.Errorf("an interval without a summary: got %+v, %v; want it ignored", back.Traffic, err)
 	}
 }
 

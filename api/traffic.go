@@ -16,14 +16,25 @@ import (
 // An arrival is one burst of bytes received on one inbound connection
 // between two of the agent's samples (a request, as far as the agent can
 // tell), or a new inbound connection. Several requests on one connection
-// between two samples count as one, which makes the rates the server fits
-// lower, never higher: its quiet bounds only get longer.
+// between two samples count as one, which makes the rates of a fit of
+// single arrivals lower, never higher: its quiet bounds only get longer.
+//
+// An agent that sets Every counts at most one arrival per source and look
+// (sample): a source's arrivals are then the looks that found data from it,
+// which the server fits as such, so that a busy source no longer saturates
+// its rate.
 //
 // A nil *Traffic is no evidence (an agent that cannot see its sockets, or an
 // older agent); the server then relies on tails alone.
 type Traffic struct {
 	// Watched is how long the agent has been sampling.
 	Watched time.Duration
+	// Every is the mean time between the agent's looks (samples) when its
+	// sources count at most one arrival per look, else zero. It travels
+	// in its own query parameter (DrainRequest.URL), which an older server
+	// ignores: to it the summary is a valid one with fewer arrivals, which
+	// only lengthens its bounds.
+	Every time.Duration
 	// Sources is per remote address and local port, at most
 	// MaxTrafficSources, the busiest kept.
 	Sources []SourceTraffic

@@ -75,6 +75,13 @@ type Arrivals struct {
 	Last  []time.Time
 	// MaxGap is the longest pause between two consecutive arrivals.
 	MaxGap time.Duration
+	// Every, when set, says the arrivals are samples: the agent looked
+	// every Every (on average) and counted at most one arrival per look,
+	// whatever came in between. FitArrivals then fits the chance that a
+	// look finds data rather than a rate of single arrivals, which a busy
+	// source would saturate. Zero: each arrival was counted on its own, or
+	// several as one (an older agent's summary, Unknown).
+	Every time.Duration
 }
 
 // latest is the time of the most recent arrival (zero if none).
@@ -109,24 +116,29 @@ type Fit struct {
 	// than MinArrivals arrivals, or all at one instant.
 	OK bool
 	// Rate is the point estimate (arrivals per second over the span from
-	// the first to the latest arrival); Low the rate the bound uses: the
-	// lower 99 % confidence limit, capped by the rate of the latest
-	// arrivals alone (a source slowing down gets the slower rate).
+	// the first to the latest arrival; for sampled arrivals the Poisson
+	// rate of the share of looks that found data); Low the lowest rate the
+	// bound trusts: for single arrivals the lower 99 % confidence limit,
+	// for sampled ones the point estimate (the bound weighs its
+	// uncertainty itself, see fitSampled); either capped by the rate of
+	// the latest arrivals alone (a source slowing down gets the slower
+	// rate).
 	Rate, Low float64
 	// Quiet is the silence after its latest arrival that closes the
 	// source: ln(K/ε)/Low, where K = max(1, Rate × tail) counts the gaps a
 	// still-sending source would have during the route's tail, so that ε
-	// bounds the chance of a false quiet over the whole tail, not one gap;
-	// and at least twice the longest pause the source made, for bursty
-	// sources.
+	// bounds the chance of a false quiet over the whole tail, not one gap
+	// (for sampled arrivals, see fitSampled); and at least twice the
+	// longest pause the source made, for bursty sources.
 	Quiet time.Duration
 }
 
 // FitArrivals fits a Poisson arrival model to a: while a source sends, its
 // arrivals come at a steady rate λ, independently, so the chance that it
-// stays silent for q while still sending is exp(−λq). The bound uses a
-// lower confidence limit of λ (Wilson–Hilferty approximation of the χ²
-// quantile for N−1 gaps), so a short or lucky sample lengthens the bound.
+// stays silent for q while still sending is exp(−λq). For sampled arrivals
+// (a.Every set) see fitSampled. Otherwise the bound uses a lower confidence
+// limit of λ (Wilson–Hilferty approximation of the χ² quantile for N−1
+// gaps), so a short or lucky sample lengthens the bound.
 func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 	if eps <= 0 || eps >= 1 {
 		eps = DefaultEpsilon
@@ -137,6 +149,9 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 	span := a.Last[0].Sub(a.First).Seconds()
 	if span <= 0 {
 		return Fit{}
+	}
+	if a.Every > 0 {
+		return fitSampled(a, span, tail, eps)
 	}
 	gaps := float64(a.N - 1)
 	f := Fit{Rate: gaps / span}
@@ -150,12 +165,16 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 		return Fit{Rate: f.Rate}
 	}
 	k := max(1, f.Rate*max(tail, 0).Seconds())
-	q := math.Log(k/eps) / f.Low
-	// Bursts break the model: many arrivals at once make a high rate out
-	// of a source that then pauses. Whatever the fit says, the bound is at
-	// least burstGaps times the longest pause the source made while the
-	// agent watched. For a Poisson source that rarely binds (its longest of
-	// n gaps is about ln(n)/λ, the bound at least ln(1/ε)/λ, 14/λ).
+	return f.done(a, math.Log(k/eps)/f.Low)
+}
+
+// done completes a fit with its quiet bound q (seconds): bursts break the
+// model, many arrivals at once making a high rate out of a source that
+// then pauses, so whatever the fit says the bound is at least burstGaps
+// times the longest pause the source made while the agent watched. For a
+// Poisson source that rarely binds (its longest of n gaps is about
+// ln(n)/λ, the bound at least ln(1/ε)/λ, 14/λ).
+func (f Fit) done(a Arrivals, q float64) Fit {
 	q = max(q, burstGaps*a.MaxGap.Seconds())
 	for i := 1; i < len(a.Last); i++ {
 		q = max(q, burstGaps*a.Last[i-1].Sub(a.Last[i]).Seconds())
@@ -163,6 +182,71 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 	f.Quiet = time.Duration(min(q, maxQuiet.Seconds()) * float64(time.Second))
 	f.OK = true
 	return f
+}
+
+// fitSampled fits sampled arrivals (a.Every set): the agent looks every
+// Δ = a.Every and counts at most one arrival per look. For a Poisson source
+// of rate λ a look finds data with chance p = 1 − exp(−λΔ), whatever the
+// number of connections, and n looks in a row find none with chance
+// (1 − p)^n = exp(−λnΔ): the same silence as the unsampled model, without
+// the undercount of a busy source (several arrivals per look are one).
+//
+// p is estimated from the looks after the first arrival's up to the
+// latest's: k = N − 1 found data out of m ≥ k (m from the span over Δ,
+// rounded up: more looks, a lower p). Rather than a confidence limit, the
+// bound takes p's uncertainty whole: with p ~ Beta(k + ½, m − k + ½) (the
+// posterior from Jeffreys' prior), the chance that a source still sending
+// leaves n looks in a row empty is the mean of (1 − p)^n over it,
+// B(k + ½, m − k + ½ + n) / B(k + ½, m − k + ½), and n is the fewest that
+// brings it under ε/K, K = max(1, p × tail/Δ) being the silences a source
+// still sending starts during the tail (one after each look with data), so
+// that ε bounds a false quiet over the whole tail. The latest arrivals
+// alone give a second estimate (a source slowing down gets the slower
+// rate): its point estimate must bring (1 − p)^n under ε/K too. The
+// silence starts at the latest arrival, which can lie anywhere in its own
+// look's interval: the bound is n + 1 intervals.
+func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
+	d := a.Every.Seconds()
+	looks := func(span float64) float64 { return math.Floor(span/d) + 1 }
+	m := looks(span)
+	k := min(float64(a.N-1), m)
+	// A rate for the reports: p's point estimate as a Poisson rate, a
+	// look with data every time read as one short of every time.
+	rate := func(k, m float64) float64 { return -math.Log1p(-min(k/m, 1-1/(2*m))) / d }
+	f := Fit{Rate: rate(k, m)}
+	f.Low = f.Rate
+	target := eps / max(1, k/m*max(tail, 0).Seconds()/d)
+	maxN := math.Ceil(maxQuiet.Seconds() / d)
+	al, be := k+0.5, m-k+0.5
+	lgAB := lgamma(al + be)
+	lgB := lgamma(be)
+	silent := func(n float64) float64 { return lgamma(be+n) - lgB + lgAB - lgamma(al+be+n) }
+	lt := math.Log(target)
+	lo, hi := 0.0, maxN
+	for lo < hi {
+		mid := math.Floor((lo + hi) / 2)
+		if silent(mid) <= lt {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	n := lo
+	if r := len(a.Last); r >= 4 {
+		if rs := a.Last[0].Sub(a.Last[r-1]).Seconds(); rs > 0 {
+			kr, mr := float64(r-1), looks(rs)
+			if recent := rate(min(kr, mr), mr); recent < f.Low {
+				f.Low = recent
+			}
+			n = max(n, math.Ceil(lt/(-f.Low*d)))
+		}
+	}
+	return f.done(a, (min(n, maxN)+1)*d)
+}
+
+func lgamma(x float64) float64 {
+	v, _ := math.Lgamma(x)
+	return v
 }
 
 // chi2Lower is the lower fitZ quantile of the χ² distribution with nu

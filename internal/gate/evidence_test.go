@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -18,7 +19,36 @@ type stream struct {
 	port  uint16
 	class Class
 	times []time.Time
+	// every is the agent's sampling interval when times are what it
+	// reports of a sampled source (see sampled), else zero.
+	every time.Duration
 }
+
+// sampled is what an agent looking every `every` from origin reports of s:
+// per interval at most one arrival, the latest. Zero every leaves s as it
+// is.
+func sampled(s stream, origin time.Time, every time.Duration) stream {
+	if every <= 0 {
+		return s
+	}
+	out := s
+	out.every, out.times = every, nil
+	for i, t := range s.times {
+		k := t.Sub(origin) / every
+		if i+1 < len(s.times) && s.times[i+1].Sub(origin)/every == k {
+			continue
+		}
+		out.times = append(out.times, t)
+	}
+	return out
+}
+
+// models names the two ways an agent counts: each arrival on its own (an
+// older agent, Unknown) and at most one per source and look (every 100 ms).
+var models = []struct {
+	name  string
+	every time.Duration
+}{{"single arrivals", 0}, {"sampled every 100ms", 100 * time.Millisecond}}
 
 // poisson is a source sending at rate per second from start until stop.
 func poisson(rng *rand.Rand, addr string, rate float64, start, stop time.Time) stream {
@@ -73,6 +103,7 @@ func evidenceAt(at time.Time, eps float64, unknown []time.Time, ss ...stream) *E
 	ev := &Evidence{At: at, Epsilon: eps, Unknown: arrivals(unknown, at)}
 	for _, s := range ss {
 		if a := arrivals(s.times, at); a.N > 0 {
+			a.Every = s.every
 			ev.Sources = append(ev.Sources, Source{Addr: netip.MustParseAddr(s.addr), Port: s.port, Class: s.class, Arrivals: a})
 		}
 	}
@@ -155,25 +186,28 @@ func TestFalseQuietRate(t *testing.T) {
 	if testing.Short() {
 		trials = 500
 	}
-	for _, eps := range []float64{0.2, 0.05, 1e-2, DefaultEpsilon} {
-		for _, rate := range []float64{0.5, 3, 20} {
-			rng := rand.New(rand.NewPCG(uint64(rate*1000), math.Float64bits(eps)))
-			false_ := 0
-			for range trials {
-				start := t0
-				outSince := t0.Add(5 * time.Second)
-				stop := outSince.Add(tail)
-				s := poisson(rng, "10.0.0.1", rate, start, stop)
-				at, _ := closeTime(tgOut(tail), outSince, outSince, stop, 100*time.Millisecond, eps, nil, s)
-				if !at.IsZero() && at.Before(lastArrival(s)) {
-					false_++
+	for _, m := range models {
+		for _, eps := range []float64{0.2, 0.05, 1e-2, DefaultEpsilon} {
+			// 40/s saturates the looks: four in five find data.
+			for _, rate := range []float64{0.5, 3, 20, 40} {
+				rng := rand.New(rand.NewPCG(uint64(rate*1000), math.Float64bits(eps)))
+				false_ := 0
+				for range trials {
+					start := t0
+					outSince := t0.Add(5 * time.Second)
+					stop := outSince.Add(tail)
+					s := sampled(poisson(rng, "10.0.0.1", rate, start, stop), start, m.every)
+					at, _ := closeTime(tgOut(tail), outSince, outSince, stop, 100*time.Millisecond, eps, nil, s)
+					if !at.IsZero() && at.Before(lastArrival(s)) {
+						false_++
+					}
 				}
-			}
-			got := float64(false_) / float64(trials)
-			t.Logf("ε %-6g rate %4.1f/s: %d false quiets in %d drains (%.4f)", eps, rate, false_, trials, got)
-			// Allow three standard deviations of a binomial count at ε.
-			if allowed := eps*float64(trials) + 3*math.Sqrt(eps*float64(trials)) + 1; float64(false_) > allowed {
-				t.Errorf("ε %g, rate %g/s: %d false quiets in %d drains, more than ε allows (%.1f)", eps, rate, false_, trials, allowed)
+				got := float64(false_) / float64(trials)
+				t.Logf("%s: ε %-6g rate %4.1f/s: %d false quiets in %d drains (%.4f)", m.name, eps, rate, false_, trials, got)
+				// Allow three standard deviations of a binomial count at ε.
+				if allowed := eps*float64(trials) + 3*math.Sqrt(eps*float64(trials)) + 1; float64(false_) > allowed {
+					t.Errorf("%s: ε %g, rate %g/s: %d false quiets in %d drains, more than ε allows (%.1f)", m.name, eps, rate, false_, trials, allowed)
+				}
 			}
 		}
 	}
@@ -206,22 +240,26 @@ func TestQuietClosesBeforeTheTail(t *testing.T) {
 // times; the route closes only after the last one's last arrival.
 func TestSourcesFadeOneByOne(t *testing.T) {
 	const tail = 60 * time.Second
-	rng := rand.New(rand.NewPCG(3, 4))
-	outSince := t0.Add(5 * time.Second)
-	ss := []stream{
-		poisson(rng, "10.0.0.1", 3, t0, outSince.Add(1*time.Second)),
-		poisson(rng, "10.0.0.2", 3, t0, outSince.Add(9*time.Second)),
-		poisson(rng, "10.0.0.3", 3, t0, outSince.Add(20*time.Second)),
-	}
-	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, ss...)
-	if at.IsZero() || at.Before(lastArrival(ss...)) {
-		t.Fatalf("closed at %v, before the last source's last arrival %v: %s", at, lastArrival(ss...), a.Route.Detail)
-	}
-	if !at.Before(outSince.Add(tail)) {
-		t.Errorf("closed at the tail's end, want before: %s", a.Route.Detail)
-	}
-	if !strings.Contains(a.Route.Detail, "from 3 sources (3 fitted") {
-		t.Errorf("detail does not count 3 fitted sources: %s", a.Route.Detail)
+	for _, m := range models {
+		t.Run(m.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			outSince := t0.Add(5 * time.Second)
+			ss := []stream{
+				sampled(poisson(rng, "10.0.0.1", 3, t0, outSince.Add(1*time.Second)), t0, m.every),
+				sampled(poisson(rng, "10.0.0.2", 3, t0, outSince.Add(9*time.Second)), t0, m.every),
+				sampled(poisson(rng, "10.0.0.3", 3, t0, outSince.Add(20*time.Second)), t0, m.every),
+			}
+			at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, ss...)
+			if at.IsZero() || at.Before(lastArrival(ss...)) {
+				t.Fatalf("closed at %v, before the last source's last arrival %v: %s", at, lastArrival(ss...), a.Route.Detail)
+			}
+			if !at.Before(outSince.Add(tail)) {
+				t.Errorf("closed at the tail's end, want before: %s", a.Route.Detail)
+			}
+			if !strings.Contains(a.Route.Detail, "from 3 sources (3 fitted") {
+				t.Errorf("detail does not count 3 fitted sources: %s", a.Route.Detail)
+			}
+		})
 	}
 }
 
@@ -254,15 +292,19 @@ func TestSlowSourceLeavesTheTail(t *testing.T) {
 // tail's end keeps the route open until it goes quiet.
 func TestStillSendingPastTheTail(t *testing.T) {
 	const tail = 10 * time.Second
-	outSince := t0.Add(5 * time.Second)
-	rng := rand.New(rand.NewPCG(7, 8))
-	s := poisson(rng, "10.0.0.1", 4, t0, outSince.Add(tail+15*time.Second))
-	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(5*tail), 100*time.Millisecond, 0, nil, s)
-	if at.Before(lastArrival(s)) {
-		t.Fatalf("closed at %v while the source still sent (last %v)", at, lastArrival(s))
-	}
-	if a.Route.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Route.Detail, "past the tail's end") {
-		t.Errorf("closed by %q: %s", a.Route.ClosedBy, a.Route.Detail)
+	for _, m := range models {
+		t.Run(m.name, func(t *testing.T) {
+			outSince := t0.Add(5 * time.Second)
+			rng := rand.New(rand.NewPCG(7, 8))
+			s := sampled(poisson(rng, "10.0.0.1", 4, t0, outSince.Add(tail+15*time.Second)), t0, m.every)
+			at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(5*tail), 100*time.Millisecond, 0, nil, s)
+			if at.IsZero() || at.Before(lastArrival(s)) {
+				t.Fatalf("closed at %v while the source still sent (last %v)", at, lastArrival(s))
+			}
+			if a.Route.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Route.Detail, "past the tail's end") {
+				t.Errorf("closed by %q: %s", a.Route.ClosedBy, a.Route.Detail)
+			}
+		})
 	}
 }
 
@@ -277,9 +319,12 @@ func TestBurstsKeepTheirPauses(t *testing.T) {
 			s.times = append(s.times, b.Add(time.Duration(i)*20*time.Millisecond))
 		}
 	}
-	at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
-	if !at.IsZero() && at.Before(lastArrival(s)) {
-		t.Fatalf("closed at %v in a pause between bursts (last burst %v): %s", at, lastArrival(s), a.Route.Detail)
+	for _, m := range models {
+		s := sampled(s, t0, m.every)
+		at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
+		if !at.IsZero() && at.Before(lastArrival(s)) {
+			t.Fatalf("%s: closed at %v in a pause between bursts (last burst %v): %s", m.name, at, lastArrival(s), a.Route.Detail)
+		}
 	}
 }
 
@@ -437,6 +482,54 @@ func TestFitArrivals(t *testing.T) {
 	if !(small.Quiet > large.Quiet) {
 		t.Errorf("10 gaps give %s, 1000 gaps %s: want the short sample's bound longer", small.Quiet, large.Quiet)
 	}
+	sSmall := FitArrivals(Arrivals{N: 11, First: t0, Last: []time.Time{t0.Add(5 * time.Second)}, Every: 100 * time.Millisecond}, 0, 1e-6)
+	sLarge := FitArrivals(Arrivals{N: 1001, First: t0, Last: []time.Time{t0.Add(500 * time.Second)}, Every: 100 * time.Millisecond}, 0, 1e-6)
+	if !(sSmall.Quiet > sLarge.Quiet) {
+		t.Errorf("sampled: 10 looks with data give %s, 1000 give %s: want the short sample's bound longer", sSmall.Quiet, sLarge.Quiet)
+	}
+}
+
+// TestFitSampledArrivals: a busy source seen by an agent looking every
+// 100 ms. Counted once per look, its arrivals make at most 10/s: fitted
+// as single arrivals its rate saturates below that and the bound is that
+// of a 10/s source at best. Fitted as looks, the rate is the source's own
+// (within the estimate's noise) and the bound shorter, still above what
+// the exact rate would need for ε. A source found in every look still
+// gets a finite bound of a few looks, and at least two of its pauses.
+func TestFitSampledArrivals(t *testing.T) {
+	const (
+		rate  = 30.0
+		every = 100 * time.Millisecond
+		tail  = 20 * time.Second
+	)
+	rng := rand.New(rand.NewPCG(11, 12))
+	s := sampled(poisson(rng, "10.0.0.1", rate, t0, t0.Add(20*time.Second)), t0, every)
+	a := arrivals(s.times, t0.Add(20*time.Second))
+	single := FitArrivals(a, tail, DefaultEpsilon)
+	a.Every = every
+	looks := FitArrivals(a, tail, DefaultEpsilon)
+	if !single.OK || !looks.OK {
+		t.Fatalf("fits: single %+v, looks %+v", single, looks)
+	}
+	if single.Rate > 10 || math.Abs(looks.Rate-rate)/rate > 0.2 {
+		t.Errorf("rates: %.1f/s as single arrivals (want at most 10), %.1f/s as looks (want %.0f ± 20 %%)", single.Rate, looks.Rate, rate)
+	}
+	exact := math.Log(looks.Rate*tail.Seconds()/DefaultEpsilon) / rate
+	if !(looks.Quiet < single.Quiet) || looks.Quiet.Seconds() < exact {
+		t.Errorf("bounds: %s as looks, %s as single arrivals; want the first shorter, and at least %.2fs (ln(K/ε)/λ at the true rate)", looks.Quiet, single.Quiet, exact)
+	}
+	t.Logf("30/s sampled every 100ms for 20s: %d looks with data; single arrivals %.1f/s, bound %s; looks %.1f/s, bound %s (exact rate: %.2fs)",
+		a.N, single.Rate, single.Quiet, looks.Rate, looks.Quiet, exact)
+
+	full := Arrivals{N: 100, First: t0, Every: every}
+	for i := range api.MaxTrafficAges {
+		full.Last = append(full.Last, t0.Add(time.Duration(99-i)*every))
+	}
+	full.MaxGap = every
+	f := FitArrivals(full, tail, DefaultEpsilon)
+	if !f.OK || f.Quiet < 2*every || f.Quiet > time.Second {
+		t.Errorf("a source in all of 100 looks: %+v, want a bound of a few looks", f)
+	}
 }
 
 // TestEmptyEarlyEvidenceWaitsForAReport: the agent's first ask comes
@@ -500,5 +593,43 @@ func TestUnknownPortsWeighEveryPort(t *testing.T) {
 	o.WeighTraffic = false
 	if a := Assess(now, o, outSince, evidenceAt(now, 0, nil, s)); a.Phase != PhaseClosed {
 		t.Errorf("a route that weighs no traffic did not close at its tail: %s", a.Route.Detail)
+	}
+}
+
+// BenchmarkQuietBound reports the quiet bound (p50 over 300 streams) of a
+// Poisson source watched 8 s by an agent looking every 100 ms, with an 8 s
+// tail at the default ε, fitted as looks (what the agent sends) and as
+// single arrivals (an older agent's summary of the same looks):
+//
+//	go test ./internal/gate -run X -bench QuietBound
+func BenchmarkQuietBound(b *testing.B) {
+	const (
+		every   = 100 * time.Millisecond
+		watched = 8 * time.Second
+		tail    = 8 * time.Second
+	)
+	for _, rate := range []float64{2.8, 6.9, 17.4} {
+		b.Run(fmt.Sprintf("rate=%.1f", rate), func(b *testing.B) {
+			var looks, single []float64
+			for range b.N {
+				rng := rand.New(rand.NewPCG(1, uint64(rate*10)))
+				looks, single = looks[:0], single[:0]
+				for range 300 {
+					s := sampled(poisson(rng, "10.0.0.1", rate, t0, t0.Add(watched)), t0, every)
+					a := arrivals(s.times, t0.Add(watched))
+					if a.N < MinArrivals {
+						continue
+					}
+					single = append(single, FitArrivals(a, tail, DefaultEpsilon).Quiet.Seconds())
+					a.Every = every
+					looks = append(looks, FitArrivals(a, tail, DefaultEpsilon).Quiet.Seconds())
+				}
+			}
+			slices.Sort(looks)
+			slices.Sort(single)
+			b.ReportMetric(looks[len(looks)/2], "looks-p50-s")
+			b.ReportMetric(single[len(single)/2], "single-p50-s")
+			b.ReportMetric(math.Log(rate*tail.Seconds()/DefaultEpsilon)/rate, "exact-rate-s")
+		})
 	}
 }

@@ -411,6 +411,15 @@ func TestClassifyFullSummary(t *testing.T) {
 	if ev := classify(summary(api.MaxTrafficSources), now, pod, 0); !ev.UnknownHoldsSources {
 		t.Error("a summary at its bound: Unknown not said to hold sources")
 	}
+	// The agent's sampling interval applies to its sources, which count
+	// one arrival per look, not to Unknown, which counts every connection
+	// it could not see.
+	tr := summary(2)
+	tr.Every = 100 * time.Millisecond
+	ev := classify(tr, now, pod, 0)
+	if ev.Sources[0].Every != tr.Every || ev.Sources[1].Every != tr.Every || ev.Unknown.Every != 0 {
+		t.Errorf("sampling interval: sources %v and %v, unknown %v; want %v, %v and none", ev.Sources[0].Every, ev.Sources[1].Every, ev.Unknown.Every, tr.Every, tr.Every)
+	}
 }
 
 // A pod that is not terminating (its container restarts after a failed

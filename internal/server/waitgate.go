@@ -230,7 +230,11 @@ func classify(t *api.Traffic, now time.Time, pod *corev1.Pod, epsilon float64) *
 		if node[s.Addr] {
 			c = gate.ClassNode
 		}
-		ev.Sources = append(ev.Sources, gate.Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: arrivalsAt(s, now)})
+		a := arrivalsAt(s, now)
+		// Only the sources count per look; Unknown counts every
+		// connection it could not see.
+		a.Every = t.Every
+		ev.Sources = append(ev.Sources, gate.Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: a})
 	}
 	return ev
 }

@@ -35,9 +35,12 @@
 //     into the interval since the previous sample; a new connection without
 //     data yet (or whose data the kernel does not tell) arrives at the
 //     sample's time, the latest it can have.
-//   - Several requests on one connection between two samples are one
-//     arrival: the rates the server fits get lower, so its quiet bounds get
-//     longer, never shorter.
+//   - A source counts at most one arrival per sample, at the latest time
+//     any of its connections received: several requests on one connection,
+//     or on several connections of one load balancer node, between two
+//     samples are one arrival. The summary says how often the Watcher
+//     looked (api.Traffic.Every), and the server fits the share of looks
+//     that found data, which a busy source cannot saturate.
 //   - A peer's FIN takes one sequence number, which the kernel counts in
 //     tcpi_bytes_received; a connection whose peer closed since the previous
 //     sample must have grown by more than that one to count.

@@ -43,6 +43,7 @@ type Watcher struct {
 	err      error // the failed read that ended the watch
 	failures int   // failed reads in a row
 	started  bool
+	looks    int       // successful samples, the baseline's included
 	start    time.Time // the baseline sample's time
 	last     time.Time // the latest successful sample's time
 	ports    portSet   // every port seen listening
@@ -251,8 +252,24 @@ func (w *Watcher) apply(snap Snapshot, now time.Time) {
 		w.started, w.start = true, now
 	}
 	w.last = now
+	w.looks++
 
+	// One arrival per source and sample, at the latest time any of its
+	// connections received: the server fits the share of samples that
+	// found data (api.Traffic.Every), which several connections of one
+	// source (a load balancer node's) must not inflate.
 	slices.SortStableFunc(found, func(a, b arrival) int { return a.at.Compare(b.at) })
+	latest := make(map[source]int, len(found))
+	for i, a := range found {
+		latest[a.src] = i
+	}
+	merged := found[:0]
+	for i, a := range found {
+		if latest[a.src] == i {
+			merged = append(merged, a)
+		}
+	}
+	found = merged
 	for _, a := range found {
 		r := w.keys[a.src]
 		if r == nil {
@@ -416,6 +433,9 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	}
 	age := func(t time.Time) time.Duration { return min(max(now.Sub(t), 0), maxAge) }
 	t := &api.Traffic{Watched: age(w.start)}
+	if w.looks > 1 {
+		t.Every = w.last.Sub(w.start) / time.Duration(w.looks-1)
+	}
 
 	srcs := make([]source, 0, len(w.keys))
 	for s := range w.keys {

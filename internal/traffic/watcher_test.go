@@ -133,6 +133,7 @@ func TestWatcherCountsArrivals(t *testing.T) {
 
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 300 * time.Millisecond,
+		Every:   tick,
 		Sources: []api.SourceTraffic{
 			withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond),
 			src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond),
@@ -171,6 +172,7 @@ func TestWatcherIgnoresInPodAndOutbound(t *testing.T) {
 	sample(t, w, 1)
 	check(t, w.Summary(at(1)), api.Traffic{
 		Watched: tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{src("10.0.0.9", 8080, 1, 0, 0)},
 	})
 }
@@ -190,6 +192,7 @@ func TestWatcherUnknownArrivals(t *testing.T) {
 	sample(t, w, 1)
 	check(t, w.Summary(at(1)), api.Traffic{
 		Watched: tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 0, 0)},
 		Unknown: api.SourceTraffic{Arrivals: 3, First: 0, Last: []time.Duration{0, 0, 0}},
 	})
@@ -211,6 +214,7 @@ func TestWatcherUnknownArrivals(t *testing.T) {
 	}
 	check(t, w.Summary(at(5)), api.Traffic{
 		Watched: 5 * tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 4*tick, 4*tick)},
 		Unknown: api.SourceTraffic{Arrivals: 4, First: 4 * tick, Last: []time.Duration{0, 4 * tick, 4 * tick, 4 * tick}, MaxGap: 4 * tick},
 	})
@@ -250,6 +254,7 @@ func TestWatcherPeerFIN(t *testing.T) {
 
 	check(t, w.Summary(at(2)), api.Traffic{
 		Watched: 2 * tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{
 			src("10.0.0.1", 8080, 1, 20*time.Millisecond, 20*time.Millisecond),
 			src("10.0.0.2", 8080, 1, tick, tick),
@@ -279,6 +284,7 @@ func TestWatcherTimeWait(t *testing.T) {
 	sample(t, w, 2)
 	check(t, w.Summary(at(2)), api.Traffic{
 		Watched: 2 * tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
 	})
 }
@@ -317,6 +323,7 @@ func TestWatcherOlderKernels(t *testing.T) {
 	sample(t, w, 2)
 	check(t, w.Summary(at(2)), api.Traffic{
 		Watched: 2 * tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{
 			src("10.0.0.1", 8080, 1, 10*time.Millisecond, 10*time.Millisecond),
 			src("10.0.0.2", 8080, 1, 20*time.Millisecond, 20*time.Millisecond),
@@ -350,6 +357,7 @@ func TestWatcherForgetsConnectionsKeepsPorts(t *testing.T) {
 	}
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 3 * tick,
+		Every:   tick,
 		Sources: []api.SourceTraffic{
 			withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick),
 			src("10.0.0.2", 8080, 1, tick, tick),
@@ -599,4 +607,47 @@ func TestWatcherLongestPause(t *testing.T) {
 		t.Errorf("summary %+v: want the 4s pause as MaxGap, and 16 latest ages", got.Sources)
 	}
 	roundTrip(t, got)
+}
+
+// TestWatcherOneArrivalPerSourceAndSample: a source's connections that
+// received in one sample are one arrival, at the latest receipt; the
+// summary says how often the watcher looked, so the server fits the share
+// of looks with data rather than a count one busy source could inflate.
+func TestWatcherOneArrivalPerSourceAndSample(t *testing.T) {
+	w, sc := newScripted(8080)
+	a := inbound(1, "10.0.0.1:5000", 8080, 10, 0)
+	b := inbound(2, "10.0.0.1:5001", 8080, 10, 0)
+	c := inbound(3, "10.0.0.2:5000", 8080, 10, 0)
+	sc.conns(a, b, c)
+	sample(t, w, 0)
+
+	// Both of 10.0.0.1's connections received (30 and 60 ms ago), and a
+	// third one opened: one arrival, 30 ms before the sample.
+	a.Info = info(20, 60*time.Millisecond)
+	b.Info = info(20, 30*time.Millisecond)
+	sc.conns(a, b, c, inbound(4, "10.0.0.1:5002", 8080, 10, 80*time.Millisecond))
+	sample(t, w, 1)
+	// Then only c, twice in two samples.
+	c.Info = info(20, 0)
+	sc.conns(a, b, c)
+	sample(t, w, 2)
+	c.Info = info(30, 0)
+	sc.conns(a, b, c)
+	sample(t, w, 3)
+
+	check(t, w.Summary(at(3)), api.Traffic{
+		Watched: 3 * tick,
+		Every:   tick,
+		Sources: []api.SourceTraffic{
+			withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick),
+			src("10.0.0.1", 8080, 1, 2*tick+30*time.Millisecond, 2*tick+30*time.Millisecond),
+		},
+	})
+	// A slow sampler's summary says its own pace.
+	sample(t, w, 6)
+	if s := w.Summary(at(6)); s == nil {
+		t.Error("no summary")
+	} else if s.Every != 6*tick/4 {
+		t.Errorf("after looks at 0, 1, 2, 3 and 6 ticks: Every %v, want %v", s.Every, 6*tick/4)
+	}
 }
