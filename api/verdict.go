@@ -40,6 +40,11 @@ type Route struct {
 	// answers a long-poll at that time, so the agent's next ask brings the
 	// fresh evidence that closes the route.
 	QuietBy *time.Time `json:"quiet_by,omitempty"`
+	// AskBy is set, before QuietBy, while the route waits on evidence the
+	// agent sent a while ago: newer evidence could close it sooner (a
+	// source fitted since, or gone quiet since). The server answers a
+	// long-poll at that time, so that the agent's next ask brings it.
+	AskBy *time.Time `json:"ask_by,omitempty"`
 	// ClosedBy says what closed a closed route: ClosedByTail or
 	// ClosedByTraffic (the evidence ended the wait before the tail's end,
 	// or kept it open past it).

@@ -44,6 +44,15 @@ type Evidence struct {
 // DefaultEpsilon is Evidence.Epsilon's default.
 const DefaultEpsilon = 1e-6
 
+// EvidenceRefresh is how old the evidence of a route that is out and open
+// may grow before the gate wants it afresh (api.Route.AskBy): the close
+// time the evidence gives can only be judged again on newer evidence (a
+// source fitted since, or quiet since, closes the route sooner), and an
+// agent reports only when it asks. So a route waiting on evidence has its
+// agent ask about once a second, and closes at most about that long after
+// the evidence would have allowed.
+const EvidenceRefresh = time.Second
+
 // Class says who a source is, as far as the server knows.
 type Class string
 
@@ -272,6 +281,8 @@ type quietJudgement struct {
 	// fresh is false when closeAt is after the evidence: the agent must
 	// report again before the route closes.
 	fresh bool
+	// evidenceAt is when the server received the evidence (Evidence.At).
+	evidenceAt time.Time
 	// lengthened names why closeAt is past the tail's end.
 	lengthened  string
 	bound       time.Duration // the longest fitted quiet bound
@@ -312,6 +323,7 @@ func judgeTraffic(ev *Evidence, applies bool, ports []uint16, outSince time.Time
 		return j, false
 	}
 	tailEnd := outSince.Add(tail)
+	j.evidenceAt = ev.At
 	var weigh []Arrivals
 	for _, s := range ev.Sources {
 		switch {

@@ -448,8 +448,12 @@ func TestStaleEvidenceWaitsForTheAgent(t *testing.T) {
 		t.Fatalf("released %v, quiet by %v: %s", v.Released, v.Routes[0].QuietBy, v.Message)
 	}
 	quietBy := *v.Routes[0].QuietBy
-	if next := NextChange(reported, p, v); !next.Equal(quietBy) {
-		t.Errorf("NextChange = %v, want QuietBy %v", next, quietBy)
+	want := quietBy
+	if a := v.Routes[0].AskBy; a != nil && a.Before(want) {
+		want = *a
+	}
+	if next := NextChange(reported, p, v); !next.Equal(want) {
+		t.Errorf("NextChange = %v, want the earlier of QuietBy %v and AskBy %v", next, quietBy, v.Routes[0].AskBy)
 	}
 	v, _ = Step(quietBy.Add(time.Second), p, mem, []Observation{tgOut(tail)})
 	if v.Released {
@@ -459,6 +463,42 @@ func TestStaleEvidenceWaitsForTheAgent(t *testing.T) {
 	v, _ = Step(quietBy.Add(time.Second), p, mem, []Observation{tgOut(tail)})
 	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
 		t.Errorf("fresh quiet evidence: released %v, closed by %q: %s", v.Released, v.Routes[0].ClosedBy, v.Message)
+	}
+}
+
+// TestHeldEvidenceIsAskedAgain: the agent's first ask comes before its
+// sources sent enough to fit, and the server holds that evidence through
+// the long-poll: by it the route closes only at the tail's end. AskBy, an
+// EvidenceRefresh after the evidence arrived, is the verdict's next change,
+// and the evidence the agent then brings (every source fitted and quiet)
+// closes the route long before the tail's end.
+func TestHeldEvidenceIsAskedAgain(t *testing.T) {
+	const tail = 20 * time.Second
+	rng := rand.New(rand.NewPCG(17, 18))
+	outSince := t0.Add(200 * time.Millisecond)
+	s := sampled(poisson(rng, "10.0.0.1", 10, t0, outSince.Add(3*time.Second)), t0, 100*time.Millisecond)
+	first := t0.Add(300 * time.Millisecond)
+	p := Pod{Name: "p", Terminating: true, Evidence: evidenceAt(first, 0, nil, s)}
+	mem := Memory{TerminatingSince: t0, Routes: map[RouteKey]RouteMemory{{"targetgroup", "tg"}: {OutSince: outSince}}}
+	v, _ := Step(first, p, mem, []Observation{tgOut(tail)})
+	r := v.Routes[0]
+	if v.Released || r.QuietBy == nil || !r.QuietBy.Equal(outSince.Add(tail)) || r.AskBy == nil {
+		t.Fatalf("on the first ask's evidence: released %v, quiet by %v (want the tail's end), ask by %v: %s", v.Released, r.QuietBy, r.AskBy, r.Detail)
+	}
+	if want := first.Add(EvidenceRefresh); !r.AskBy.Equal(want) || !NextChange(first, p, v).Equal(want) {
+		t.Errorf("AskBy %v, next change %v; want both %v", r.AskBy, NextChange(first, p, v), want)
+	}
+	// The server's timer then: the same evidence, AskBy passed (the wait
+	// API answers the long-poll), the route still open.
+	v, _ = Step(first.Add(EvidenceRefresh), p, mem, []Observation{tgOut(tail)})
+	if r := v.Routes[0]; v.Released || r.AskBy == nil || r.AskBy.After(first.Add(EvidenceRefresh)) {
+		t.Errorf("at AskBy on the same evidence: released %v, ask by %v: %s", v.Released, r.AskBy, v.Message)
+	}
+	later := outSince.Add(8 * time.Second)
+	p.Evidence = evidenceAt(later, 0, nil, s)
+	v, _ = Step(later, p, mem, []Observation{tgOut(tail)})
+	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic || v.Routes[0].AskBy != nil {
+		t.Errorf("newer evidence, every source fitted and quiet: released %v, closed by %q, ask by %v: %s", v.Released, v.Routes[0].ClosedBy, v.Routes[0].AskBy, v.Message)
 	}
 }
 

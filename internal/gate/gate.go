@@ -192,6 +192,9 @@ func NextChange(now time.Time, pod Pod, v api.Verdict) time.Time {
 		if r.QuietBy != nil {
 			consider(*r.QuietBy)
 		}
+		if r.AskBy != nil {
+			consider(*r.AskBy)
+		}
 	}
 	return next
 }

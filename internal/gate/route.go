@@ -172,6 +172,9 @@ func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, 
 	if o.Err == nil {
 		at := j.closeAt
 		r.QuietBy = &at
+		if ask := j.evidenceAt.Add(EvidenceRefresh); ask.Before(at) && now.Before(at) {
+			r.AskBy = &ask
+		}
 	}
 	switch {
 	case now.Before(j.closeAt):

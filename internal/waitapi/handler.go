@@ -358,12 +358,17 @@ func (h *handler) subscribe(req api.DrainRequest) (<-chan struct{}, func()) {
 }
 
 // wantsEvidence reports whether an open route would close now on fresh
-// traffic evidence (its QuietBy passed): the answer goes back at once, so
-// that the agent's next ask brings that evidence, instead of the route
-// waiting out the long-poll on a summary the server received before.
+// traffic evidence (its QuietBy passed), or could close sooner on newer
+// evidence than the server holds (its AskBy passed): the answer goes back
+// at once, so that the agent's next ask brings that evidence, instead of
+// the route waiting out the long-poll on a summary the server received
+// before.
 func wantsEvidence(v api.Verdict, now time.Time) bool {
 	for _, r := range v.Routes {
-		if r.QuietBy != nil && r.ClosedBy == "" && !r.QuietBy.After(now) {
+		if r.ClosedBy != "" {
+			continue
+		}
+		if r.QuietBy != nil && !r.QuietBy.After(now) || r.AskBy != nil && !r.AskBy.After(now) {
 			return true
 		}
 	}

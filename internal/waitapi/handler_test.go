@@ -416,6 +416,31 @@ func TestPollEndsForFreshEvidence(t *testing.T) {
 	})
 }
 
+// TestPollEndsForNewerEvidence: a long-poll ends, unreleased, when an open
+// route's AskBy passes, before its QuietBy: the evidence the server holds
+// is old, and newer evidence could close the route sooner.
+func TestPollEndsForNewerEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, Config{MaxWait: time.Hour})
+		start := time.Now()
+		askBy, quietBy := start.Add(time.Second), start.Add(8*time.Second)
+		v := waiting("shop", "web-0")
+		v.Routes[0].QuietBy, v.Routes[0].AskBy = &quietBy, &askBy
+		f.gate.set(v)
+		done := make(chan answer, 1)
+		go func() { done <- get(t, drainURL(f.srv.URL, "shop", "web-0", "wait=50s")) }()
+		time.Sleep(time.Second)
+		f.gate.set(v) // the server's timer at AskBy
+		a := <-done
+		if took := time.Since(start); took != time.Second {
+			t.Errorf("answered after %s, want at AskBy (1s)", took)
+		}
+		if got := a.verdict(t); got.Released || got.Routes[0].AskBy == nil {
+			t.Errorf("verdict %+v, want unreleased with AskBy", got)
+		}
+	})
+}
+
 func TestClientDisconnectEndsPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, Config{MaxWait: time.Hour})
