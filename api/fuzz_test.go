@@ -22,6 +22,7 @@ func FuzzParseDrainRequest(f *testing.F) {
 		"/v1/namespaces/n/pods/p/drain?wait=20s&traffic=1%3Bw%3D9000%3Bs%3D10.0.0.1%2C8080%2C12%2C8000%2C700%2C5.300.900",
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=100;s=::ffff:1.2.3.4,80,1,10,0,10;u=3,50,48,1.2.50",
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250",
+		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250&traffic-looks=2.1.2.1",
 	} {
 		f.Add("GET", s)
 	}

@@ -50,7 +50,8 @@ func badRequest(format string, args ...any) error {
 
 // ParseDrainRequest reads a drain request from the method and URL of an HTTP
 // request. Its errors are *RequestError. Query parameters other than uid,
-// wait, traffic and traffic-every-us (read only beside traffic) are ignored,
+// wait, traffic, traffic-every-us and traffic-looks (read only beside
+// traffic, the latter only beside traffic-every-us) are ignored,
 // so a newer agent can still ask an older server.
 func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if method != "GET" {
@@ -73,7 +74,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if err != nil {
 		return DrainRequest{}, badRequest("the query string is malformed: %v", err)
 	}
-	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam} {
+	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam, trafficLooksParam} {
 		if n := len(q[k]); n > 1 {
 			return DrainRequest{}, badRequest("query parameter %s is given %d times: give it once", k, n)
 		}
@@ -93,6 +94,11 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 		if e, ok := q[trafficEveryParam]; ok {
 			if r.Traffic.Every, err = parseEvery(e[0], r.Traffic.Watched); err != nil {
 				return DrainRequest{}, err
+			}
+			if l, ok := q[trafficLooksParam]; ok {
+				if err := parseLooks(l[0], r.Traffic.Sources); err != nil {
+					return DrainRequest{}, err
+				}
 			}
 		}
 	}
@@ -145,6 +151,9 @@ func (r DrainRequest) URL(base string) string {
 			// and rounding it down would make the server count looks the
 			// agent never took.
 			q.Set(trafficEveryParam, strconv.FormatInt(max(r.Traffic.Every.Microseconds(), 1), 10))
+			if l := encodeLooks(r.Traffic.Sources); l != "" {
+				q.Set(trafficLooksParam, l)
+			}
 		}
 	}
 	s := strings.TrimRight(base, "/") + r.Path()
@@ -157,6 +166,70 @@ func (r DrainRequest) URL(base string) string {
 // trafficEveryParam is the query parameter of Traffic.Every, in whole
 // microseconds.
 const trafficEveryParam = "traffic-every-us"
+
+// trafficLooksParam is the query parameter of the sources' Looks and
+// RecentLooks: per source, in the order of the traffic parameter's,
+// "N.Pauses.N.Pauses", comma-separated.
+const trafficLooksParam = "traffic-looks"
+
+// maxLooks bounds a look count: more than a summary's arrivals can be.
+const maxLooks = 1 << 30
+
+// encodeLooks writes the traffic-looks parameter of the sources that
+// EncodeTraffic writes; empty when none counted its looks.
+func encodeLooks(sources []SourceTraffic) string {
+	var b strings.Builder
+	counted := false
+	for i, s := range sources {
+		if i == MaxTrafficSources {
+			break
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		for j, v := range []int{s.Looks.N, s.Looks.Pauses, s.RecentLooks.N, s.RecentLooks.Pauses} {
+			if j > 0 {
+				b.WriteString(".")
+			}
+			b.WriteString(strconv.Itoa(min(max(v, 0), maxLooks)))
+		}
+		counted = counted || s.Looks.N > 0
+	}
+	if !counted {
+		return ""
+	}
+	return b.String()
+}
+
+// parseLooks reads the traffic-looks parameter into sources (one entry
+// each): counts up to maxLooks, no more pauses than looks, no more recent
+// looks than looks.
+func parseLooks(s string, sources []SourceTraffic) error {
+	f := strings.Split(s, ",")
+	if len(f) != len(sources) {
+		return badRequest("%s gives %d sources' looks, the traffic %d", trafficLooksParam, len(f), len(sources))
+	}
+	for i, e := range f {
+		v := strings.Split(e, ".")
+		var n [4]int
+		if len(v) != len(n) {
+			return badRequest("%s %s: want looks.pauses.recent looks.recent pauses", trafficLooksParam, quote(e))
+		}
+		for j, x := range v {
+			c, err := strconv.Atoi(x)
+			if !digits(x) || err != nil || c > maxLooks {
+				return badRequest("%s %s: %s is not a count from 0 to %d", trafficLooksParam, quote(e), quote(x), maxLooks)
+			}
+			n[j] = c
+		}
+		if n[1] > n[0] || n[3] > n[2] || n[2] > n[0] {
+			return badRequest("%s %s: more pauses than looks, or more recent looks than looks", trafficLooksParam, quote(e))
+		}
+		sources[i].Looks = Looks{N: n[0], Pauses: n[1]}
+		sources[i].RecentLooks = Looks{N: n[2], Pauses: n[3]}
+	}
+	return nil
+}
 
 // parseEvery reads Traffic.Every: from a microsecond to a minute, and no
 // longer than the watch (one look needs two samples).

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"reflect"
 	"strings"
@@ -71,6 +72,12 @@ func TestParseDrainRequest(t *testing.T) {
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=60000001", 400, "a minute"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=1000000", 400, "longer than the watch"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=1&traffic-every-us=2", 400, "2 times"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=100000&traffic-looks=1.0.0.0", 400, "gives 1 sources' looks, the traffic 0"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.4.0.0", 400, "more pauses than looks"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.4.0", 400, "more recent looks"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2", 400, "want looks.pauses"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2.-1", 400, "not a count"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2.1&traffic-looks=3.1.2.1", 400, "2 times"},
 	}
 	for _, c := range bad {
 		_, err := ParseDrainRequest(c.method, mustURL(t, c.url))
@@ -121,6 +128,30 @@ func TestDrainRequestURL(t *testing.T) {
 	}
 	if back, err := ParseDrainRequest("GET", mustURL(t, "http://g/v1/namespaces/n/pods/p/drain?traffic-every-us=100000")); err != nil || back.Traffic != nil {
 		t.Errorf("an interval without a summary: got %+v, %v; want it ignored", back.Traffic, err)
+	}
+
+	// The look counts travel beside the interval, one entry per source;
+	// without the interval they mean nothing and are ignored, as are
+	// counts nobody made.
+	src := func(addr string, n int, looks, recent Looks) SourceTraffic {
+		return SourceTraffic{Addr: netip.MustParseAddr(addr), Port: 80, Arrivals: n, First: time.Second, Last: []time.Duration{10 * time.Millisecond}, MaxGap: 100 * time.Millisecond, Looks: looks, RecentLooks: recent}
+	}
+	tr.Traffic.Sources = []SourceTraffic{src("10.0.0.1", 9, Looks{12, 3}, Looks{12, 3}), src("10.0.0.2", 1, Looks{}, Looks{})}
+	got = tr.URL("http://g")
+	if !strings.Contains(got, "&traffic-looks=12.3.12.3%2C0.0.0.0") {
+		t.Errorf("URL with look counts = %s, want traffic-looks=12.3.12.3,0.0.0.0", got)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, got))
+	if err != nil || !reflect.DeepEqual(back.Traffic, tr.Traffic) {
+		t.Errorf("round trip of %s: got %+v, %v", got, back.Traffic, err)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, strings.Replace(got, "traffic-every-us=100125&", "", 1)))
+	if err != nil || back.Traffic.Sources[0].Looks != (Looks{}) {
+		t.Errorf("look counts without an interval: got %+v, %v; want them ignored", back.Traffic, err)
+	}
+	tr.Traffic.Sources = tr.Traffic.Sources[1:]
+	if got := tr.URL("http://g"); strings.Contains(got, "traffic-looks") {
+		t.Errorf("URL without counted looks = %s: want no traffic-looks", got)
 	}
 }
 

@@ -66,6 +66,24 @@ type SourceTraffic struct {
 	// counted (zero with one arrival): it keeps a bursty source from
 	// passing for a steady one whose pause means it stopped.
 	MaxGap time.Duration
+	// Looks and RecentLooks are what an agent that sets Traffic.Every
+	// counts of its looks at the source: over all its arrivals, and over
+	// the latest ones (those in Last). Zero: not counted (an older agent,
+	// Traffic.Unknown). They travel in their own query parameter
+	// (DrainRequest.URL), which an older server ignores.
+	Looks, RecentLooks Looks
+}
+
+// Looks counts an agent's looks at one source over a stretch of its
+// arrivals: the server weighs how regular the source is with them.
+type Looks struct {
+	// N is the looks after the one that found the stretch's first arrival,
+	// up to the one that found its latest: the arrivals less one, and the
+	// looks that found nothing between them.
+	N int
+	// Pauses is how many runs of looks that found nothing there were
+	// among them.
+	Pauses int
 }
 
 // Bounds of a Traffic summary, so that a query string stays small (well

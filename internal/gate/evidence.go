@@ -91,6 +91,21 @@ type Arrivals struct {
 	// source would saturate. Zero: each arrival was counted on its own, or
 	// several as one (an older agent's summary, Unknown).
 	Every time.Duration
+	// Looks and RecentLooks are the agent's own count of a sampled
+	// source's looks: from the one that found its first arrival to the
+	// one that found its latest, and over the arrivals in Last alone. They
+	// let the fit weigh how regular the source is (fitSampled). Zero: not
+	// counted (an older agent); the fit estimates the looks from the span.
+	Looks, RecentLooks Looks
+}
+
+// Looks counts a sampled source's looks over a stretch of its arrivals.
+type Looks struct {
+	// N is the looks after the stretch's first arrival's, up to its
+	// latest's (the number of arrivals less one, plus the empty ones).
+	N int
+	// Pauses is how many runs of empty looks there were among them.
+	Pauses int
 }
 
 // latest is the time of the most recent arrival (zero if none).
@@ -201,46 +216,62 @@ func (f Fit) done(a Arrivals, q float64) Fit {
 // the undercount of a busy source (several arrivals per look are one).
 //
 // p is estimated from the looks after the first arrival's up to the
-// latest's: k = N − 1 found data out of m ≥ k (m from the span over Δ,
-// rounded up: more looks, a lower p). Rather than a confidence limit, the
-// bound takes p's uncertainty whole: with p ~ Beta(k + ½, m − k + ½) (the
-// posterior from Jeffreys' prior), the chance that a source still sending
-// leaves n looks in a row empty is the mean of (1 − p)^n over it,
-// B(k + ½, m − k + ½ + n) / B(k + ½, m − k + ½), and n is the fewest that
-// brings it under ε/K, K = max(1, p × tail/Δ) being the silences a source
-// still sending starts during the tail (one after each look with data), so
-// that ε bounds a false quiet over the whole tail. The latest arrivals
-// alone give a second estimate (a source slowing down gets the slower
-// rate): its point estimate must bring (1 − p)^n under ε/K too. The
-// silence starts at the latest arrival, which can lie anywhere in its own
-// look's interval: the bound is n + 1 intervals.
+// latest's: k = N − 1 found data out of m ≥ k (the agent's count, a.Looks,
+// or else from the span over Δ, rounded up: more looks, a lower p). Rather
+// than a confidence limit, the bound takes p's uncertainty whole: with
+// p ~ Beta(k + ½, m − k + ½) (the posterior from Jeffreys' prior), the
+// chance that a source still sending leaves n looks in a row empty is the
+// mean of (1 − p)^n over it, B(k + ½, m − k + ½ + n) / B(k + ½, m − k + ½),
+// and n is the fewest that brings it under ε/K, K = max(1, p × tail/Δ)
+// being the silences a source still sending starts during the tail (one
+// after each look with data), so that ε bounds a false quiet over the
+// whole tail. The latest arrivals alone give a second estimate (a source
+// slowing down gets the slower rate): its point estimate must bring
+// (1 − p)^n under ε/K too.
+//
+// When the agent also counted the source's pauses (a.Looks set), a second
+// model weighs how regular the source is: whether a look finds data
+// depends on whether the previous one did (a two-state Markov chain). A
+// load balancer node spreading its requests round robin sends each target
+// more regularly than Poisson: an empty look is seldom followed by
+// another, and the chance of a long silence falls much faster than
+// (1 − p)^n. A bursty source is the opposite. With b the chance that a
+// look with data is followed by an empty one and c that an empty one is,
+// each with its Jeffreys posterior from the counted transitions (Pauses
+// runs of empty looks start after k looks with data and end among m − k
+// empty ones), n empty looks in a row come with chance E[b]·E[c^(n−1)];
+// the latest arrivals' pauses give its point estimate as a second check,
+// as above. Each model then has ε/2K, and the bound is the shorter of the
+// two: when the source is at least as regular as Poisson both are sound,
+// and a false quiet needs one of them to err (chance at most ε/2K + ε/2K).
+// A bursty source's Markov bound is the longer one, and the Poisson bound
+// stands as it did without the count.
+//
+// The silence starts at the latest arrival, which can lie anywhere in its
+// own look's interval: the bound is n + 1 intervals.
 func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	d := a.Every.Seconds()
 	looks := func(span float64) float64 { return math.Floor(span/d) + 1 }
 	m := looks(span)
 	k := min(float64(a.N-1), m)
+	counted := a.Looks.N > 0
+	if counted {
+		m = max(float64(a.Looks.N), k)
+	}
 	// A rate for the reports: p's point estimate as a Poisson rate, a
 	// look with data every time read as one short of every time.
 	rate := func(k, m float64) float64 { return -math.Log1p(-min(k/m, 1-1/(2*m))) / d }
 	f := Fit{Rate: rate(k, m)}
 	f.Low = f.Rate
 	target := eps / max(1, k/m*max(tail, 0).Seconds()/d)
-	maxN := math.Ceil(maxQuiet.Seconds() / d)
-	al, be := k+0.5, m-k+0.5
-	lgAB := lgamma(al + be)
-	lgB := lgamma(be)
-	silent := func(n float64) float64 { return lgamma(be+n) - lgB + lgAB - lgamma(al+be+n) }
-	lt := math.Log(target)
-	lo, hi := 0.0, maxN
-	for lo < hi {
-		mid := math.Floor((lo + hi) / 2)
-		if silent(mid) <= lt {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
+	if counted {
+		target /= 2
 	}
-	n := lo
+	lt := math.Log(target)
+	maxN := math.Ceil(maxQuiet.Seconds() / d)
+
+	// The Poisson model: the mean of (1 − p)^n over p's posterior.
+	n := fewestLooks(maxN, func(n float64) float64 { return betaMoment(m-k+0.5, k+0.5, n) }, lt)
 	if r := len(a.Last); r >= 4 {
 		if rs := a.Last[0].Sub(a.Last[r-1]).Seconds(); rs > 0 {
 			kr, mr := float64(r-1), looks(rs)
@@ -250,7 +281,73 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 			n = max(n, math.Ceil(lt/(-f.Low*d)))
 		}
 	}
-	return f.done(a, (min(n, maxN)+1)*d)
+	if !counted {
+		return f.done(a, (min(n, maxN)+1)*d)
+	}
+
+	// The Markov model: transitions out of the k looks with data (the
+	// first's and those before the latest's), Pauses of them to an empty
+	// look; out of the m − k empty ones, Pauses back to data.
+	b, c := transitions(k, m, a.Looks.Pauses)
+	nm := 1 + fewestLooks(maxN, func(j float64) float64 {
+		return math.Log(b.mean()) + c.moment(j)
+	}, lt)
+	if kr := float64(len(a.Last) - 1); kr >= 3 && a.RecentLooks.N > 0 {
+		// The latest arrivals' own chain, as point estimates.
+		mr := max(float64(a.RecentLooks.N), kr)
+		br, cr := transitions(kr, mr, a.RecentLooks.Pauses)
+		nm = max(nm, 1+math.Ceil((lt-math.Log(br.mean()))/math.Log(cr.mean())))
+	}
+	// A source whose empty looks cluster, beyond doubt at the fit's
+	// confidence, is burstier than Poisson: the Markov bound is the
+	// sound one then, however long.
+	if sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1)); c.mean()-fitZ*sd > (m-k)/m {
+		return f.done(a, (min(max(n, nm), maxN)+1)*d)
+	}
+	return f.done(a, (min(n, nm, maxN)+1)*d)
+}
+
+// beta is a Beta(al, be) distribution: a chance's posterior.
+type beta struct{ al, be float64 }
+
+func (x beta) mean() float64 { return x.al / (x.al + x.be) }
+
+// moment is ln E[x^n].
+func (x beta) moment(n float64) float64 { return betaMoment(x.al, x.be, n) }
+
+// transitions is the posterior (from Jeffreys' prior) of a two-state
+// chain of looks: b, the chance that a look with data is followed by an
+// empty one, and c, that an empty one is, from k looks with data that
+// have a successor and m − k empty ones, with pauses runs of empty looks
+// (each begun after a look with data and ended by one). Counts that cannot
+// all hold (looks estimated from a span, a capped count) are clamped: at
+// least one pause when there are empty looks, at most one per look of
+// either kind.
+func transitions(k, m float64, pauses int) (b, c beta) {
+	empty := max(m-k, 0)
+	p := min(max(float64(pauses), min(1, empty)), k, empty)
+	return beta{p + 0.5, k - p + 0.5}, beta{empty - p + 0.5, p + 0.5}
+}
+
+// betaMoment is ln E[x^n] for x ~ Beta(al, be):
+// ln B(al + n, be) − ln B(al, be).
+func betaMoment(al, be, n float64) float64 {
+	return lgamma(al+n) - lgamma(al) + lgamma(al+be) - lgamma(al+be+n)
+}
+
+// fewestLooks is the fewest n in [0, maxN] with logChance(n) ≤ lt, for a
+// logChance that falls with n (maxN if none).
+func fewestLooks(maxN float64, logChance func(n float64) float64, lt float64) float64 {
+	lo, hi := 0.0, maxN
+	for lo < hi {
+		mid := math.Floor((lo + hi) / 2)
+		if logChance(mid) <= lt {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 func lgamma(x float64) float64 {

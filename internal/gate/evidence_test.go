@@ -20,8 +20,12 @@ type stream struct {
 	class Class
 	times []time.Time
 	// every is the agent's sampling interval when times are what it
-	// reports of a sampled source (see sampled), else zero.
-	every time.Duration
+	// reports of a sampled source (see sampled), else zero; origin is its
+	// first look. count says the agent counts its looks too
+	// (Arrivals.Looks).
+	every  time.Duration
+	origin time.Time
+	count  bool
 }
 
 // sampled is what an agent looking every `every` from origin reports of s:
@@ -32,7 +36,7 @@ func sampled(s stream, origin time.Time, every time.Duration) stream {
 		return s
 	}
 	out := s
-	out.every, out.times = every, nil
+	out.every, out.origin, out.times = every, origin, nil
 	for i, t := range s.times {
 		k := t.Sub(origin) / every
 		if i+1 < len(s.times) && s.times[i+1].Sub(origin)/every == k {
@@ -43,12 +47,28 @@ func sampled(s stream, origin time.Time, every time.Duration) stream {
 	return out
 }
 
-// models names the two ways an agent counts: each arrival on its own (an
-// older agent, Unknown) and at most one per source and look (every 100 ms).
-var models = []struct {
+// model is one way an agent counts.
+type model struct {
 	name  string
 	every time.Duration
-}{{"single arrivals", 0}, {"sampled every 100ms", 100 * time.Millisecond}}
+	count bool
+}
+
+// sample is what an agent counting as m reports of s.
+func (m model) sample(s stream, origin time.Time) stream {
+	s = sampled(s, origin, m.every)
+	s.count = m.count && m.every > 0
+	return s
+}
+
+// models names the ways an agent counts: each arrival on its own (an
+// older agent, Unknown), at most one per source and look (every 100 ms),
+// and so with its looks and pauses counted (this agent).
+var models = []model{
+	{"single arrivals", 0, false},
+	{"sampled every 100ms", 100 * time.Millisecond, false},
+	{"sampled every 100ms, looks counted", 100 * time.Millisecond, true},
+}
 
 // poisson is a source sending at rate per second from start until stop.
 func poisson(rng *rand.Rand, addr string, rate float64, start, stop time.Time) stream {
@@ -60,6 +80,33 @@ func poisson(rng *rand.Rand, addr string, rate float64, start, stop time.Time) s
 		}
 		s.times = append(s.times, t)
 	}
+}
+
+// regular is a source sending every 1/rate seconds, each gap off by up
+// to ±jitter of it, from a random phase: a load balancer node's round
+// robin over its targets.
+func regular(rng *rand.Rand, addr string, rate, jitter float64, start, stop time.Time) stream {
+	s := stream{addr: addr, port: 8080, class: ClassRemote}
+	per := float64(time.Second) / rate
+	for t := start.Add(time.Duration(rng.Float64() * per)); t.Before(stop); t = t.Add(time.Duration(per * (1 + jitter*(2*rng.Float64()-1)))) {
+		s.times = append(s.times, t)
+	}
+	return s
+}
+
+// onOff is a bursty source: bursts at rate per second lasting `on` on
+// average, separated by pauses of `off` on average (both exponential).
+func onOff(rng *rand.Rand, addr string, rate float64, on, off time.Duration, start, stop time.Time) stream {
+	s := stream{addr: addr, port: 8080, class: ClassRemote}
+	exp := func(mean time.Duration) time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
+	for t := start; t.Before(stop); t = t.Add(exp(off)) {
+		end := t.Add(exp(on))
+		for ; t.Before(end) && t.Before(stop); t = t.Add(exp(time.Duration(float64(time.Second) / rate))) {
+			s.times = append(s.times, t)
+		}
+		t = end
+	}
+	return s
 }
 
 // arrivals is what an agent reporting at `at` would say of the times (in
@@ -99,11 +146,46 @@ func maxGap(times []time.Time) time.Duration {
 	return pm[len(times)-1]
 }
 
+// lookCounts is what an agent counting its looks says of the first k
+// arrivals of the sampled stream s (Arrivals.Looks and RecentLooks).
+func lookCounts(s stream, k int) (all, recent Looks) {
+	idx, paused := lookIndex(s)
+	count := func(from, to int) Looks {
+		return Looks{N: idx[to] - idx[from], Pauses: paused[to] - paused[from]}
+	}
+	return count(0, k-1), count(max(0, k-api.MaxTrafficAges), k-1)
+}
+
+// lookIndex memoizes, per sampled stream (by the address of its first
+// time), each arrival's look and how many pauses came before it.
+var lookIndexes = map[*time.Time][2][]int{}
+
+func lookIndex(s stream) (idx, paused []int) {
+	if v, ok := lookIndexes[&s.times[0]]; ok && len(v[0]) == len(s.times) {
+		return v[0], v[1]
+	}
+	idx, paused = make([]int, len(s.times)), make([]int, len(s.times))
+	for i, t := range s.times {
+		idx[i] = int(t.Sub(s.origin) / s.every)
+		if i > 0 {
+			paused[i] = paused[i-1]
+			if idx[i]-idx[i-1] > 1 {
+				paused[i]++
+			}
+		}
+	}
+	lookIndexes[&s.times[0]] = [2][]int{idx, paused}
+	return idx, paused
+}
+
 func evidenceAt(at time.Time, eps float64, unknown []time.Time, ss ...stream) *Evidence {
 	ev := &Evidence{At: at, Epsilon: eps, Unknown: arrivals(unknown, at)}
 	for _, s := range ss {
 		if a := arrivals(s.times, at); a.N > 0 {
 			a.Every = s.every
+			if s.count {
+				a.Looks, a.RecentLooks = lookCounts(s, a.N)
+			}
 			ev.Sources = append(ev.Sources, Source{Addr: netip.MustParseAddr(s.addr), Port: s.port, Class: s.class, Arrivals: a})
 		}
 	}
@@ -182,7 +264,7 @@ func lastArrival(ss ...stream) time.Time {
 // the count's own noise); it is printed beside ε.
 func TestFalseQuietRate(t *testing.T) {
 	const tail = 20 * time.Second
-	trials := 3000
+	trials := 2000
 	if testing.Short() {
 		trials = 500
 	}
@@ -196,7 +278,7 @@ func TestFalseQuietRate(t *testing.T) {
 					start := t0
 					outSince := t0.Add(5 * time.Second)
 					stop := outSince.Add(tail)
-					s := sampled(poisson(rng, "10.0.0.1", rate, start, stop), start, m.every)
+					s := m.sample(poisson(rng, "10.0.0.1", rate, start, stop), start)
 					at, _ := closeTime(tgOut(tail), outSince, outSince, stop, 100*time.Millisecond, eps, nil, s)
 					if !at.IsZero() && at.Before(lastArrival(s)) {
 						false_++
@@ -210,6 +292,115 @@ func TestFalseQuietRate(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFalseQuietRateOfShapes measures the false-quiet rate as
+// TestFalseQuietRate does, for sources that are not Poisson, seen by an
+// agent that counts its looks (which weighs how regular a source is) and
+// by one that does not, on the same streams: round robin with jitter (more
+// regular than Poisson, the Markov model's bound the shorter) must stay
+// within ε; bursts break both models (the README says so), and counting
+// looks must not make them worse: their rates are printed.
+func TestFalseQuietRateOfShapes(t *testing.T) {
+	const tail = 20 * time.Second
+	trials := 1000
+	if testing.Short() {
+		trials = 300
+	}
+	shapes := []struct {
+		name   string
+		bursty bool
+		gen    func(rng *rand.Rand, start, stop time.Time) stream
+	}{
+		{"round robin 7/s ±30 %", false, func(rng *rand.Rand, start, stop time.Time) stream {
+			return regular(rng, "10.0.0.1", 7, 0.3, start, stop)
+		}},
+		{"round robin 2/s ±90 %", false, func(rng *rand.Rand, start, stop time.Time) stream {
+			return regular(rng, "10.0.0.1", 2, 0.9, start, stop)
+		}},
+		{"bursts 30/s for 0.3s, pauses 0.3s", true, func(rng *rand.Rand, start, stop time.Time) stream {
+			return onOff(rng, "10.0.0.1", 30, 300*time.Millisecond, 300*time.Millisecond, start, stop)
+		}},
+		{"bursts 10/s for 1s, pauses 0.5s", true, func(rng *rand.Rand, start, stop time.Time) stream {
+			return onOff(rng, "10.0.0.1", 10, time.Second, 500*time.Millisecond, start, stop)
+		}},
+	}
+	for i, sh := range shapes {
+		for _, eps := range []float64{0.2, 0.05, 1e-2, DefaultEpsilon} {
+			allowed := eps*float64(trials) + 3*math.Sqrt(eps*float64(trials)) + 1
+			var false_ [2]int // looks not counted, counted
+			for j, m := range models[1:] {
+				rng := rand.New(rand.NewPCG(uint64(i+1), math.Float64bits(eps)))
+				for range trials {
+					start := t0
+					outSince := t0.Add(5 * time.Second)
+					stop := outSince.Add(tail)
+					s := m.sample(sh.gen(rng, start, stop), start)
+					at, _ := closeTime(tgOut(tail), outSince, outSince, stop, 100*time.Millisecond, eps, nil, s)
+					if !at.IsZero() && at.Before(lastArrival(s)) {
+						false_[j]++
+					}
+				}
+				t.Logf("%s, %s: ε %-6g: %d false quiets in %d drains (%.4f)", sh.name, m.name, eps, false_[j], trials, float64(false_[j])/float64(trials))
+				if !sh.bursty && float64(false_[j]) > allowed {
+					t.Errorf("%s, %s: ε %g: %d false quiets in %d drains, more than ε allows (%.1f)", sh.name, m.name, eps, false_[j], trials, allowed)
+				}
+			}
+			if sh.bursty && float64(false_[1]) > float64(false_[0])+3*math.Sqrt(float64(false_[0]))+1 {
+				t.Errorf("%s: ε %g: %d false quiets with looks counted, %d without: counting made bursts worse", sh.name, eps, false_[1], false_[0])
+			}
+		}
+	}
+}
+
+// TestLooksCountedBounds: with its looks counted, a round robin source
+// gets a much shorter bound than the Poisson model alone gives it, a
+// Poisson source about the same (at most ln 2/λ and a look more: each model
+// has ε/2), and a bursty one never a shorter one (medians over 200
+// streams watched 8 s).
+func TestLooksCountedBounds(t *testing.T) {
+	const (
+		every   = 100 * time.Millisecond
+		watched = 8 * time.Second
+		tail    = 8 * time.Second
+	)
+	rng := rand.New(rand.NewPCG(23, 24))
+	bounds := func(gen func() stream) (plain, counted float64) {
+		var ps, cs []float64
+		for range 200 {
+			s := models[2].sample(gen(), t0)
+			a := arrivals(s.times, t0.Add(watched))
+			if a.N < MinArrivals {
+				continue
+			}
+			a.Every = every
+			ps = append(ps, FitArrivals(a, tail, DefaultEpsilon).Quiet.Seconds())
+			a.Looks, a.RecentLooks = lookCounts(s, a.N)
+			cs = append(cs, FitArrivals(a, tail, DefaultEpsilon).Quiet.Seconds())
+		}
+		slices.Sort(ps)
+		slices.Sort(cs)
+		return ps[len(ps)/2], cs[len(cs)/2]
+	}
+	p, c := bounds(func() stream { return regular(rng, "10.0.0.1", 7, 0.3, t0, t0.Add(watched)) })
+	t.Logf("round robin 7/s ±30 %%: bound p50 %.2fs, %.2fs with looks counted", p, c)
+	if !(c < 0.7*p) {
+		t.Errorf("round robin 7/s: bound p50 %.2fs with looks counted, %.2fs without: want under 70 %%", c, p)
+	}
+	for _, rate := range []float64{3, 11, 30} {
+		p, c := bounds(func() stream { return poisson(rng, "10.0.0.1", rate, t0, t0.Add(watched)) })
+		t.Logf("Poisson %g/s: bound p50 %.2fs, %.2fs with looks counted", rate, p, c)
+		if c > p+math.Ln2/rate+every.Seconds()+1e-9 {
+			t.Errorf("Poisson %g/s: bound p50 %.2fs with looks counted, %.2fs without: want at most ln 2/λ and a look more", rate, c, p)
+		}
+	}
+	p, c = bounds(func() stream {
+		return onOff(rng, "10.0.0.1", 30, 300*time.Millisecond, 300*time.Millisecond, t0, t0.Add(watched))
+	})
+	t.Logf("bursts 30/s: bound p50 %.2fs, %.2fs with looks counted", p, c)
+	if c < p {
+		t.Errorf("bursts: bound p50 %.2fs with looks counted, %.2fs without: want no shorter", c, p)
 	}
 }
 
@@ -245,9 +436,9 @@ func TestSourcesFadeOneByOne(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
 			outSince := t0.Add(5 * time.Second)
 			ss := []stream{
-				sampled(poisson(rng, "10.0.0.1", 3, t0, outSince.Add(1*time.Second)), t0, m.every),
-				sampled(poisson(rng, "10.0.0.2", 3, t0, outSince.Add(9*time.Second)), t0, m.every),
-				sampled(poisson(rng, "10.0.0.3", 3, t0, outSince.Add(20*time.Second)), t0, m.every),
+				m.sample(poisson(rng, "10.0.0.1", 3, t0, outSince.Add(1*time.Second)), t0),
+				m.sample(poisson(rng, "10.0.0.2", 3, t0, outSince.Add(9*time.Second)), t0),
+				m.sample(poisson(rng, "10.0.0.3", 3, t0, outSince.Add(20*time.Second)), t0),
 			}
 			at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, ss...)
 			if at.IsZero() || at.Before(lastArrival(ss...)) {
@@ -296,7 +487,7 @@ func TestStillSendingPastTheTail(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			outSince := t0.Add(5 * time.Second)
 			rng := rand.New(rand.NewPCG(7, 8))
-			s := sampled(poisson(rng, "10.0.0.1", 4, t0, outSince.Add(tail+15*time.Second)), t0, m.every)
+			s := m.sample(poisson(rng, "10.0.0.1", 4, t0, outSince.Add(tail+15*time.Second)), t0)
 			at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(5*tail), 100*time.Millisecond, 0, nil, s)
 			if at.IsZero() || at.Before(lastArrival(s)) {
 				t.Fatalf("closed at %v while the source still sent (last %v)", at, lastArrival(s))
@@ -320,7 +511,7 @@ func TestBurstsKeepTheirPauses(t *testing.T) {
 		}
 	}
 	for _, m := range models {
-		s := sampled(s, t0, m.every)
+		s := m.sample(s, t0)
 		at, a := closeTime(tgOut(tail), outSince, outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
 		if !at.IsZero() && at.Before(lastArrival(s)) {
 			t.Fatalf("%s: closed at %v in a pause between bursts (last burst %v): %s", m.name, at, lastArrival(s), a.Route.Detail)

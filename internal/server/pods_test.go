@@ -420,6 +420,17 @@ func TestClassifyFullSummary(t *testing.T) {
 	if ev.Sources[0].Every != tr.Every || ev.Sources[1].Every != tr.Every || ev.Unknown.Every != 0 {
 		t.Errorf("sampling interval: sources %v and %v, unknown %v; want %v, %v and none", ev.Sources[0].Every, ev.Sources[1].Every, ev.Unknown.Every, tr.Every, tr.Every)
 	}
+	// So do its look counts, which mean something only beside the
+	// interval.
+	tr.Sources[0].Looks, tr.Sources[0].RecentLooks = api.Looks{N: 30, Pauses: 7}, api.Looks{N: 20, Pauses: 4}
+	ev = classify(tr, now, pod, 0)
+	if got := ev.Sources[0]; got.Looks != (gate.Looks{N: 30, Pauses: 7}) || got.RecentLooks != (gate.Looks{N: 20, Pauses: 4}) {
+		t.Errorf("look counts: %+v and %+v, want 30 looks, 7 pauses; 20 recent, 4 paused", got.Looks, got.RecentLooks)
+	}
+	tr.Every = 0
+	if got := classify(tr, now, pod, 0).Sources[0]; got.Looks != (gate.Looks{}) {
+		t.Errorf("look counts without an interval: %+v, want none", got.Looks)
+	}
 }
 
 // A pod that is not terminating (its container restarts after a failed

@@ -234,6 +234,10 @@ func classify(t *api.Traffic, now time.Time, pod *corev1.Pod, epsilon float64) *
 		// Only the sources count per look; Unknown counts every
 		// connection it could not see.
 		a.Every = t.Every
+		if t.Every > 0 {
+			a.Looks = gate.Looks{N: s.Looks.N, Pauses: s.Looks.Pauses}
+			a.RecentLooks = gate.Looks{N: s.RecentLooks.N, Pauses: s.RecentLooks.Pauses}
+		}
 		ev.Sources = append(ev.Sources, gate.Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: a})
 	}
 	return ev

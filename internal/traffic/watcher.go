@@ -83,6 +83,13 @@ type record struct {
 	// (api.SourceTraffic.MaxGap), which keeps a bursty source's pauses in
 	// the server's quiet bound.
 	maxGap time.Duration
+	// For a source's own record (not Unknown): the looks that found its
+	// arrivals, the first's and the latest api.MaxTrafficAges (ascending,
+	// one per arrival in latest), and the runs of looks between them that
+	// found nothing (api.SourceTraffic.Looks).
+	firstLook int
+	looks     []int
+	pauses    int
 }
 
 // NewWatcher returns a Watcher taking its snapshots from read (Read, or a
@@ -281,6 +288,7 @@ func (w *Watcher) apply(snap Snapshot, now time.Time) {
 			w.keys[a.src] = r
 		}
 		r.add(a.at, 1)
+		r.looked(w.looks - 1)
 	}
 	if unseen > 0 {
 		w.unknown.add(now, int(min(unseen, maxArrivals)))
@@ -399,6 +407,40 @@ func (r *record) add(t time.Time, n int) {
 	}
 }
 
+// looked notes that look i (counted from the baseline's, 0) found an
+// arrival from the source; each look finds at most one.
+func (r *record) looked(i int) {
+	if n := len(r.looks); n == 0 {
+		r.firstLook = i
+	} else if i > r.looks[n-1]+1 {
+		r.pauses++
+	}
+	r.looks = append(r.looks, i)
+	if len(r.looks) > api.MaxTrafficAges {
+		r.looks = r.looks[1:]
+	}
+	if cap(r.looks) > 4*api.MaxTrafficAges {
+		r.looks = slices.Clone(r.looks)
+	}
+}
+
+// lookCounts is what r's looks say (api.SourceTraffic.Looks and
+// RecentLooks); zero for a record without looks (Unknown).
+func (r *record) lookCounts() (all, recent api.Looks) {
+	n := len(r.looks)
+	if n == 0 {
+		return
+	}
+	all = api.Looks{N: r.looks[n-1] - r.firstLook, Pauses: r.pauses}
+	recent.N = r.looks[n-1] - r.looks[0]
+	for i := 1; i < n; i++ {
+		if r.looks[i] > r.looks[i-1]+1 {
+			recent.Pauses++
+		}
+	}
+	return all, recent
+}
+
 // merge adds o's arrivals to r.
 func (r *record) merge(o *record) {
 	if o.arrivals == 0 {
@@ -457,6 +499,7 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	summarise := func(r *record) api.SourceTraffic {
 		st := api.SourceTraffic{Arrivals: r.arrivals, First: age(r.first)}
 		st.MaxGap = min(r.maxGap, st.First)
+		st.Looks, st.RecentLooks = r.lookCounts()
 		for i := len(r.latest) - 1; i >= 0; i-- {
 			st.Last = append(st.Last, age(r.latest[i]))
 		}

@@ -80,6 +80,12 @@ func withGap(s api.SourceTraffic, gap time.Duration) api.SourceTraffic {
 	return s
 }
 
+// withLooks sets a source's look counts.
+func withLooks(s api.SourceTraffic, all, recent api.Looks) api.SourceTraffic {
+	s.Looks, s.RecentLooks = all, recent
+	return s
+}
+
 // check compares a summary with want, and checks it survives the wire.
 func check(t *testing.T, got *api.Traffic, want api.Traffic) {
 	t.Helper()
@@ -135,7 +141,7 @@ func TestWatcherCountsArrivals(t *testing.T) {
 		Watched: 300 * time.Millisecond,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond),
+			withLooks(withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}),
 			src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond),
 			src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond),
 		},
@@ -359,7 +365,7 @@ func TestWatcherForgetsConnectionsKeepsPorts(t *testing.T) {
 		Watched: 3 * tick,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick),
+			withLooks(withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick), api.Looks{N: 1}, api.Looks{N: 1}),
 			src("10.0.0.2", 8080, 1, tick, tick),
 		},
 	})
@@ -639,7 +645,7 @@ func TestWatcherOneArrivalPerSourceAndSample(t *testing.T) {
 		Watched: 3 * tick,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick),
+			withLooks(withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick), api.Looks{N: 1}, api.Looks{N: 1}),
 			src("10.0.0.1", 8080, 1, 2*tick+30*time.Millisecond, 2*tick+30*time.Millisecond),
 		},
 	})
@@ -649,5 +655,50 @@ func TestWatcherOneArrivalPerSourceAndSample(t *testing.T) {
 		t.Error("no summary")
 	} else if s.Every != 6*tick/4 {
 		t.Errorf("after looks at 0, 1, 2, 3 and 6 ticks: Every %v, want %v", s.Every, 6*tick/4)
+	}
+}
+
+// TestWatcherCountsLooksAndPauses: a source found by looks 1, 2, 4, 5 and
+// 8 has 7 looks after its first arrival's and 2 pauses; past
+// api.MaxTrafficAges arrivals the recent counts cover the latest ones
+// only.
+func TestWatcherCountsLooksAndPauses(t *testing.T) {
+	w, sc := newScripted(8080)
+	a := inbound(1, "10.0.0.1:5000", 8080, 10, 0)
+	sc.conns(a)
+	sample(t, w, 0)
+	bytes, next := uint64(10), 1
+	// send samples every tick up to the last of looks, with data at those.
+	send := func(looks ...int) {
+		for _, i := range looks {
+			for ; next < i; next++ {
+				sc.conns(a)
+				sample(t, w, next)
+			}
+			bytes += 10
+			a.Info = info(bytes, 0)
+			sc.conns(a)
+			sample(t, w, i)
+			next = i + 1
+		}
+	}
+	send(1, 2, 4, 5, 8)
+	if s := w.Summary(at(8)); s == nil || len(s.Sources) != 1 {
+		t.Fatalf("summary %+v", s)
+	} else if got := s.Sources[0]; got.Looks != (api.Looks{N: 7, Pauses: 2}) || got.RecentLooks != got.Looks {
+		t.Errorf("looks 1, 2, 4, 5, 8: Looks %+v, RecentLooks %+v; want 7 looks, 2 pauses, both", got.Looks, got.RecentLooks)
+	}
+	// Sixteen more in a row, one look apart: the latest sixteen arrivals
+	// (looks 10 to 25) made no pause.
+	var more []int
+	for i := 10; i < 10+api.MaxTrafficAges; i++ {
+		more = append(more, i)
+	}
+	send(more...)
+	last := more[len(more)-1]
+	if s := w.Summary(at(last)); s == nil {
+		t.Fatal("no summary")
+	} else if got := s.Sources[0]; got.Looks != (api.Looks{N: last - 1, Pauses: 3}) || got.RecentLooks != (api.Looks{N: api.MaxTrafficAges - 1}) {
+		t.Errorf("then looks 10 to %d: Looks %+v, RecentLooks %+v; want %d looks, 3 pauses; %d recent looks, none paused", last, got.Looks, got.RecentLooks, last-1, api.MaxTrafficAges-1)
 	}
 }
