@@ -244,8 +244,9 @@ func (f Fit) done(a Arrivals, q float64) Fit {
 // as above. Each model then has ε/2K, and the bound is the shorter of the
 // two: when the source is at least as regular as Poisson both are sound,
 // and a false quiet needs one of them to err (chance at most ε/2K + ε/2K).
-// A bursty source's Markov bound is the longer one, and the Poisson bound
-// stands as it did without the count.
+// When the empty looks cluster beyond doubt (c's lower confidence limit
+// above the share of empty looks: bursts), the Poisson model is the one
+// that errs, and the Markov bound is taken however long.
 //
 // The silence starts at the latest arrival, which can lie anywhere in its
 // own look's interval: the bound is n + 1 intervals.
