@@ -2,6 +2,9 @@ package lab
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +86,27 @@ func (l *load) stop() (requests, failures int) {
 		}
 	}
 	return int(l.metrics.Requests), int(l.metrics.Requests) - ok
+}
+
+// statuses is vegeta's count of answers by status code ("0" for a
+// transport error), for the consistency check's note: "200=12 502=3 0=1".
+func (l *load) statuses() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	codes := slices.Sorted(maps.Keys(l.metrics.StatusCodes))
+	parts := make([]string, 0, len(codes))
+	for _, c := range codes {
+		parts = append(parts, fmt.Sprintf("%s=%d", c, l.metrics.StatusCodes[c]))
+	}
+	if errs := l.metrics.Errors; len(errs) > 0 {
+		const show = 3
+		more := ""
+		if len(errs) > show {
+			errs, more = errs[:show], fmt.Sprintf("; %d more", len(errs)-show)
+		}
+		parts = append(parts, "errors: "+strings.Join(errs, "; ")+more)
+	}
+	return strings.Join(parts, " ")
 }
 
 func parseCode(s string) (uint16, error) {

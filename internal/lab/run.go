@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -316,8 +317,14 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		time.Sleep(20 * time.Millisecond)
 	}
 	if int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
-		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d",
-			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed))
+		// Both sides' answers by status, so that a mismatch says where
+		// the two differ.
+		byStatus := make([]string, 0, len(ds.ByStatus))
+		for _, c := range slices.Sorted(maps.Keys(ds.ByStatus)) {
+			byStatus = append(byStatus, fmt.Sprintf("%d=%d", c, ds.ByStatus[c]))
+		}
+		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d (load generator: %s; data plane: %s, %d cut off mid-body)",
+			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed, l.statuses(), strings.Join(byStatus, " "), ds.Aborted))
 	}
 	res.NoTarget = int(ds.NoTarget)
 	r.measure(&res, pods, lb)
