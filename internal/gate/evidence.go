@@ -272,7 +272,8 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	maxN := math.Ceil(maxQuiet.Seconds() / d)
 
 	// The Poisson model: the mean of (1 − p)^n over p's posterior.
-	n := fewestLooks(maxN, func(n float64) float64 { return betaMoment(m-k+0.5, k+0.5, n) }, lt)
+	q := beta{m - k + 0.5, k + 0.5} // 1 − p
+	n := fewestLooks(maxN, q.moment, lt)
 	if r := len(a.Last); r >= 4 {
 		if rs := a.Last[0].Sub(a.Last[r-1]).Seconds(); rs > 0 {
 			kr, mr := float64(r-1), looks(rs)
@@ -313,8 +314,10 @@ type beta struct{ al, be float64 }
 
 func (x beta) mean() float64 { return x.al / (x.al + x.be) }
 
-// moment is ln E[x^n].
-func (x beta) moment(n float64) float64 { return betaMoment(x.al, x.be, n) }
+// moment is ln E[x^n]: ln B(al + n, be) − ln B(al, be).
+func (x beta) moment(n float64) float64 {
+	return lgamma(x.al+n) - lgamma(x.al) + lgamma(x.al+x.be) - lgamma(x.al+x.be+n)
+}
 
 // transitions is the posterior (from Jeffreys' prior) of a two-state
 // chain of looks: b, the chance that a look with data is followed by an
@@ -328,12 +331,6 @@ func transitions(k, m float64, pauses int) (b, c beta) {
 	empty := max(m-k, 0)
 	p := min(max(float64(pauses), min(1, empty)), k, empty)
 	return beta{p + 0.5, k - p + 0.5}, beta{empty - p + 0.5, p + 0.5}
-}
-
-// betaMoment is ln E[x^n] for x ~ Beta(al, be):
-// ln B(al + n, be) − ln B(al, be).
-func betaMoment(al, be, n float64) float64 {
-	return lgamma(al+n) - lgamma(al) + lgamma(al+be) - lgamma(al+be+n)
 }
 
 // fewestLooks is the fewest n in [0, maxN] with logChance(n) ≤ lt, for a

@@ -357,8 +357,8 @@ func TestFalseQuietRateOfShapes(t *testing.T) {
 // TestLooksCountedBounds: with its looks counted, a round robin source
 // gets a much shorter bound than the Poisson model alone gives it, a
 // Poisson source about the same (at most ln 2/λ and a look more: each model
-// has ε/2), and a bursty one never a shorter one (medians over 200
-// streams watched 8 s).
+// has ε/2), and a bursty one the Markov bound, much longer, since its empty
+// looks cluster (medians over 200 streams watched 8 s).
 func TestLooksCountedBounds(t *testing.T) {
 	const (
 		every   = 100 * time.Millisecond
@@ -399,8 +399,8 @@ func TestLooksCountedBounds(t *testing.T) {
 		return onOff(rng, "10.0.0.1", 30, 300*time.Millisecond, 300*time.Millisecond, t0, t0.Add(watched))
 	})
 	t.Logf("bursts 30/s: bound p50 %.2fs, %.2fs with looks counted", p, c)
-	if c < p {
-		t.Errorf("bursts: bound p50 %.2fs with looks counted, %.2fs without: want no shorter", c, p)
+	if c < 2*p {
+		t.Errorf("bursts: bound p50 %.2fs with looks counted, %.2fs without: want the Markov bound, at least twice as long (its empty looks cluster)", c, p)
 	}
 }
 
