@@ -12,7 +12,8 @@
 //
 // ParseDrainRequest lives here, not in the server, so the server, the agent
 // and the fuzz test agree on one grammar; OneLine, so that both put a
-// multi-line error on one line the same way.
+// multi-line error on one line the same way; Quote and Truncate, so that
+// every message cuts a caller's value short the same way.
 //
 // The package must stay standard-library only and must never import the
 // server: the agent links it, Go compiles whole packages, and the agent has

@@ -57,7 +57,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if method != "GET" {
 		return DrainRequest{}, &RequestError{
 			Status:  statusMethodNotAllowed,
-			Message: fmt.Sprintf("method %s is not allowed: the drain API answers GET only", quote(method)),
+			Message: fmt.Sprintf("method %s is not allowed: the drain API answers GET only", Quote(method, maxQuoted)),
 		}
 	}
 	if u == nil {
@@ -67,7 +67,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	// fails the segment count instead of sneaking into a name.
 	seg := strings.Split(u.Path, "/")
 	if len(seg) != 7 || seg[0] != "" || seg[1] != "v1" || seg[2] != "namespaces" || seg[4] != "pods" || seg[6] != "drain" {
-		return DrainRequest{}, badRequest("path %s is not a drain path: want /v1/namespaces/{namespace}/pods/{name}/drain", quote(u.Path))
+		return DrainRequest{}, badRequest("path %s is not a drain path: want /v1/namespaces/{namespace}/pods/{name}/drain", Quote(u.Path, maxQuoted))
 	}
 	r := DrainRequest{Namespace: seg[3], Pod: seg[5]}
 	q, err := url.ParseQuery(u.RawQuery)
@@ -83,7 +83,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if w, ok := q["wait"]; ok {
 		d, err := time.ParseDuration(w[0])
 		if err != nil {
-			return DrainRequest{}, badRequest("wait %s is not a duration such as 20s or 1m30s", quote(w[0]))
+			return DrainRequest{}, badRequest("wait %s is not a duration such as 20s or 1m30s", Quote(w[0], maxQuoted))
 		}
 		r.Wait = d
 	}
@@ -112,13 +112,13 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 // status 400. The agent uses it to catch a bad pod identity before asking.
 func (r DrainRequest) Validate() error {
 	if !isDNSLabel(r.Namespace) {
-		return badRequest("namespace %s is not a valid namespace name: want a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)", quote(r.Namespace))
+		return badRequest("namespace %s is not a valid namespace name: want a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)", Quote(r.Namespace, maxQuoted))
 	}
 	if !isDNSSubdomain(r.Pod) {
-		return badRequest("pod name %s is not a valid pod name: want a DNS-1123 subdomain (at most 253 lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit)", quote(r.Pod))
+		return badRequest("pod name %s is not a valid pod name: want a DNS-1123 subdomain (at most 253 lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit)", Quote(r.Pod, maxQuoted))
 	}
 	if r.UID != "" && !isUID(r.UID) {
-		return badRequest("uid %s is not a valid pod UID: want hex digits and '-' (a UUID), at most 64 characters", quote(r.UID))
+		return badRequest("uid %s is not a valid pod UID: want hex digits and '-' (a UUID), at most 64 characters", Quote(r.UID, maxQuoted))
 	}
 	if r.Wait < 0 {
 		return badRequest("wait %s is negative", r.Wait)
@@ -213,17 +213,17 @@ func parseLooks(s string, sources []SourceTraffic) error {
 		v := strings.Split(e, ".")
 		var n [4]int
 		if len(v) != len(n) {
-			return badRequest("%s %s: want looks.pauses.recent looks.recent pauses", trafficLooksParam, quote(e))
+			return badRequest("%s %s: want looks.pauses.recent looks.recent pauses", trafficLooksParam, Quote(e, maxQuoted))
 		}
 		for j, x := range v {
 			c, err := strconv.Atoi(x)
 			if !digits(x) || err != nil || c > maxLooks {
-				return badRequest("%s %s: %s is not a count from 0 to %d", trafficLooksParam, quote(e), quote(x), maxLooks)
+				return badRequest("%s %s: %s is not a count from 0 to %d", trafficLooksParam, Quote(e, maxQuoted), Quote(x, maxQuoted), maxLooks)
 			}
 			n[j] = c
 		}
 		if n[1] > n[0] || n[3] > n[2] || n[2] > n[0] {
-			return badRequest("%s %s: more pauses than looks, or more recent looks than looks", trafficLooksParam, quote(e))
+			return badRequest("%s %s: more pauses than looks, or more recent looks than looks", trafficLooksParam, Quote(e, maxQuoted))
 		}
 		sources[i].Looks = Looks{N: n[0], Pauses: n[1]}
 		sources[i].RecentLooks = Looks{N: n[2], Pauses: n[3]}
@@ -236,7 +236,7 @@ func parseLooks(s string, sources []SourceTraffic) error {
 func parseEvery(s string, watched time.Duration) (time.Duration, error) {
 	v, err := strconv.ParseInt(s, 10, 64)
 	if !digits(s) || err != nil || v < 1 || v > int64(time.Minute/time.Microsecond) {
-		return 0, badRequest("%s %s is not microseconds from 1 to a minute", trafficEveryParam, quote(s))
+		return 0, badRequest("%s %s is not microseconds from 1 to a minute", trafficEveryParam, Quote(s, maxQuoted))
 	}
 	d := time.Duration(v) * time.Microsecond
 	if d > watched+time.Millisecond {
@@ -295,12 +295,6 @@ func isUID(s string) bool {
 	return true
 }
 
-// quote quotes a caller's input for an error message, cut short so a huge
+// maxQuoted bounds a caller's input quoted in an error message, so a huge
 // URL cannot flood a log line or a response body.
-func quote(s string) string {
-	const max = 80
-	if len(s) > max {
-		return fmt.Sprintf("%q…", s[:max])
-	}
-	return fmt.Sprintf("%q", s)
-}
+const maxQuoted = 80

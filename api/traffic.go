@@ -171,7 +171,7 @@ func ParseTraffic(s string) (*Traffic, error) {
 	}
 	parts := strings.Split(s, ";")
 	if parts[0] != trafficVersion {
-		return nil, badRequest("traffic version %s is not understood: want %s", quote(parts[0]), trafficVersion)
+		return nil, badRequest("traffic version %s is not understood: want %s", Quote(parts[0], maxQuoted), trafficVersion)
 	}
 	if len(parts) < 2 || !strings.HasPrefix(parts[1], "w=") {
 		return nil, badRequest("traffic has no watched time (w=)")
@@ -191,16 +191,16 @@ func ParseTraffic(s string) (*Traffic, error) {
 			}
 			f := strings.SplitN(p[2:], ",", 3)
 			if len(f) != 3 {
-				return nil, badRequest("traffic source %s: want addr,port,arrivals,first,gap,ages", quote(p))
+				return nil, badRequest("traffic source %s: want addr,port,arrivals,first,gap,ages", Quote(p, maxQuoted))
 			}
 			addr, err := netip.ParseAddr(f[0])
 			if err != nil || addr.Zone() != "" {
-				return nil, badRequest("traffic source address %s is not an IP address", quote(f[0]))
+				return nil, badRequest("traffic source address %s is not an IP address", Quote(f[0], maxQuoted))
 			}
 			addr = addr.Unmap()
 			port, err := strconv.ParseUint(f[1], 10, 16)
 			if !digits(f[1]) || err != nil || port == 0 {
-				return nil, badRequest("traffic source port %s is not a port number", quote(f[1]))
+				return nil, badRequest("traffic source port %s is not a port number", Quote(f[1], maxQuoted))
 			}
 			key := netip.AddrPortFrom(addr, uint16(port))
 			if seen[key] {
@@ -229,11 +229,11 @@ func ParseTraffic(s string) (*Traffic, error) {
 			}
 			g, err := netip.ParseAddr(p[2:])
 			if err != nil || g.Zone() != "" {
-				return nil, badRequest("traffic gateway %s is not an IP address", quote(p[2:]))
+				return nil, badRequest("traffic gateway %s is not an IP address", Quote(p[2:], maxQuoted))
 			}
 			t.Gateways = append(t.Gateways, g.Unmap())
 		default:
-			return nil, badRequest("traffic part %s is not s=, u= nor g=", quote(p))
+			return nil, badRequest("traffic part %s is not s=, u= nor g=", Quote(p, maxQuoted))
 		}
 	}
 	return t, nil
@@ -246,7 +246,7 @@ func parseArrivals(s string, watched time.Duration) (SourceTraffic, error) {
 	}
 	n, err := strconv.Atoi(f[0])
 	if !digits(f[0]) || err != nil || n < 1 || n > 1<<30 {
-		return SourceTraffic{}, fmt.Errorf("arrivals %s is not a count from 1", quote(f[0]))
+		return SourceTraffic{}, fmt.Errorf("arrivals %s is not a count from 1", Quote(f[0], maxQuoted))
 	}
 	st := SourceTraffic{Arrivals: n}
 	if st.First, err = millis(f[1]); err != nil {
@@ -286,7 +286,7 @@ func parseArrivals(s string, watched time.Duration) (SourceTraffic, error) {
 func millis(s string) (time.Duration, error) {
 	v, err := strconv.ParseInt(s, 10, 64)
 	if !digits(s) || err != nil || v > maxTrafficMillis {
-		return 0, fmt.Errorf("%s is not milliseconds from 0 to a week", quote(s))
+		return 0, fmt.Errorf("%s is not milliseconds from 0 to a week", Quote(s, maxQuoted))
 	}
 	return time.Duration(v) * time.Millisecond, nil
 }

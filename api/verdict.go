@@ -97,7 +97,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
-		return fmt.Errorf("duration %s is not a Go duration such as 12.5s", quote(string(b)))
+		return fmt.Errorf("duration %s is not a Go duration such as 12.5s", Quote(string(b), maxQuoted))
 	}
 	*d = Duration(v)
 	return nil

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/api"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body. The API server stores
@@ -185,20 +187,8 @@ func isPodCreate(req *admissionv1.AdmissionRequest) bool {
 // mutate decides one pod CREATE. The response's UID is set by the caller.
 func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, *httpError) {
 	var pod corev1.Pod
-	if len(req.Object.Raw) == 0 {
-		return allowed(warnPrefix + "not injected: the admission request carries no pod"), nil
-	}
-	if v, costly := costlyQuantity(req.Object.Raw); costly {
-		err := errCostlyQuantity(v)
-		log.Warn("pod not decoded", "error", err)
-		return allowed(warnPrefix + "not injected: " + err.Error()), nil
-	}
-	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
-		log.Warn("pod did not decode", "error", err)
-		return allowed(warnPrefix + "not injected: the pod did not decode: " + short(err)), nil
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
+	if notDecoded := decodePod(log, req, &pod); notDecoded != nil {
+		return notDecoded, nil
 	}
 	s := h.settings()
 	wanted, err := h.wanted(ctx, &pod, s)
@@ -208,37 +198,14 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 	}
 	var warnings []string
 	if v, ok := pod.Labels[LabelInject]; ok && v != Enabled && v != Disabled {
-		warnings = append(warnings, fmt.Sprintf("%slabel %s=%s is neither %s nor %s, and is ignored", warnPrefix, LabelInject, quote(v), Enabled, Disabled))
+		warnings = append(warnings, fmt.Sprintf("%slabel %s=%s is neither %s nor %s, and is ignored", warnPrefix, LabelInject, api.Quote(v, maxQuoted), Enabled, Disabled))
 	}
 	if !wanted {
 		log.Debug("not wanted")
 		return allowed(warnings...), nil
 	}
-	if h.ExtraWait != nil {
-		extra, why, err := h.ExtraWait(ctx, &pod)
-		switch {
-		case err != nil:
-			log.Warn("sizing max-wait from the pod's routes failed; the default applies", "error", err, "max_wait", s.MaxWait)
-		case extra > 0:
-			if s.MaxWait == 0 {
-				s.MaxWait = defaultMaxWait
-			}
-			s.MaxWait += extra
-			log.Info("max-wait sized from the pod's routes", "max_wait", s.MaxWait, "why", why)
-		}
-	}
-	if h.LimitRanges != nil && !s.ImageVolume {
-		ranges, err := h.LimitRanges(ctx, pod.Namespace)
-		if err != nil {
-			log.Warn("reading the namespace's LimitRanges failed; the installer keeps its resources", "error", err)
-		} else if len(ranges) > 0 {
-			var notes []string
-			s.InstallerResources, notes = FitLimitRanges(installerResources(s.InstallerResources), ranges)
-			if len(notes) > 0 {
-				log.Info("installer resources fitted to the namespace's LimitRanges", "changes", notes)
-			}
-		}
-	}
+	s = h.sizeMaxWait(ctx, log, &pod, s)
+	s = h.fitInstaller(ctx, log, &pod, s)
 	out, ws, err := Mutate(&pod, s)
 	if err != nil {
 		log.Error("mutate", "error", err)
@@ -263,6 +230,72 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 	resp.Patch = patch
 	resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
 	return resp, nil
+}
+
+// decodePod decodes the pod of a CREATE into pod, its namespace filled in
+// from the request's when the object leaves it out. A request with no pod,
+// or whose pod does not decode or holds a quantity too costly to decode, is
+// let through uninjected: the response returned says why; it is nil when
+// pod is ready.
+func decodePod(log *slog.Logger, req *admissionv1.AdmissionRequest, pod *corev1.Pod) *admissionv1.AdmissionResponse {
+	if len(req.Object.Raw) == 0 {
+		return allowed(warnPrefix + "not injected: the admission request carries no pod")
+	}
+	if v, costly := costlyQuantity(req.Object.Raw); costly {
+		err := errCostlyQuantity(v)
+		log.Warn("pod not decoded", "error", err)
+		return allowed(warnPrefix + "not injected: " + err.Error())
+	}
+	if err := utiljson.Unmarshal(req.Object.Raw, pod); err != nil {
+		log.Warn("pod did not decode", "error", err)
+		return allowed(warnPrefix + "not injected: the pod did not decode: " + short(err))
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	return nil
+}
+
+// sizeMaxWait adds to s.MaxWait (defaultMaxWait when unset) how much longer
+// ExtraWait says the pod's routes may need. A failed lookup only logs and
+// leaves s as it is: a lookup never fails an admission.
+func (h *Handler) sizeMaxWait(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) Settings {
+	if h.ExtraWait == nil {
+		return s
+	}
+	extra, why, err := h.ExtraWait(ctx, pod)
+	switch {
+	case err != nil:
+		log.Warn("sizing max-wait from the pod's routes failed; the default applies", "error", err, "max_wait", s.MaxWait)
+	case extra > 0:
+		if s.MaxWait == 0 {
+			s.MaxWait = defaultMaxWait
+		}
+		s.MaxWait += extra
+		log.Info("max-wait sized from the pod's routes", "max_wait", s.MaxWait, "why", why)
+	}
+	return s
+}
+
+// fitInstaller fits the installer init container's resources to the pod's
+// namespace's LimitRanges, which would otherwise reject the pod. There is
+// no installer with image volumes; a failed lookup only logs, and the
+// installer keeps its resources.
+func (h *Handler) fitInstaller(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) Settings {
+	if h.LimitRanges == nil || s.ImageVolume {
+		return s
+	}
+	ranges, err := h.LimitRanges(ctx, pod.Namespace)
+	if err != nil {
+		log.Warn("reading the namespace's LimitRanges failed; the installer keeps its resources", "error", err)
+	} else if len(ranges) > 0 {
+		var notes []string
+		s.InstallerResources, notes = FitLimitRanges(installerResources(s.InstallerResources), ranges)
+		if len(notes) > 0 {
+			log.Info("installer resources fitted to the namespace's LimitRanges", "changes", notes)
+		}
+	}
+	return s
 }
 
 // wanted applies Wanted, asking for the namespace's labels only when the
@@ -309,7 +342,7 @@ func unknownHookFields(raw []byte, orig, mutated *corev1.Pod) string {
 		for k := range c.Lifecycle.PreStop {
 			if !slices.Contains(knownPreStop, k) {
 				return fmt.Sprintf("%snot injected: container %q: its preStop hook has field %s, which this draingate does not know (a newer Kubernetes?), so it cannot wrap the hook",
-					warnPrefix, orig.Spec.Containers[i].Name, quote(k))
+					warnPrefix, orig.Spec.Containers[i].Name, api.Quote(k, maxQuoted))
 			}
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"draingate.dev/draingate/api"
 )
 
 // original is a container's preStop hook as the agent will run it.
@@ -103,7 +105,7 @@ func httpGetHook(c *corev1.Container, g *corev1.HTTPGetAction) (original, string
 		return original{}, fmt.Sprintf("container %q: its preStop httpGet sends headers the agent cannot send: %s", c.Name, advice)
 	case g.Host != "":
 		return original{}, fmt.Sprintf("container %q: its preStop httpGet sets host %s, which the kubelet calls from the node and the agent cannot: %s",
-			c.Name, quote(g.Host), advice)
+			c.Name, api.Quote(g.Host, maxQuoted), advice)
 	}
 	port, err := resolvePort(g.Port, c)
 	if err != nil {
@@ -111,7 +113,7 @@ func httpGetHook(c *corev1.Container, g *corev1.HTTPGetAction) (original, string
 	}
 	u, err := hookURL(port, g.Path)
 	if err != nil {
-		return original{}, fmt.Sprintf("container %q: its preStop httpGet path %s: %v", c.Name, quote(g.Path), err)
+		return original{}, fmt.Sprintf("container %q: its preStop httpGet path %s: %v", c.Name, api.Quote(g.Path, maxQuoted), err)
 	}
 	return original{then: []string{"--then-http-get", u}}, ""
 }
@@ -133,7 +135,7 @@ func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
 			}
 		}
 		if !found {
-			return 0, fmt.Errorf("no port named %s among the container's ports", quote(p.StrVal))
+			return 0, fmt.Errorf("no port named %s among the container's ports", api.Quote(p.StrVal, maxQuoted))
 		}
 	}
 	if port <= 0 || port > 65535 {
@@ -166,7 +168,7 @@ func hookURL(port int, p string) (string, error) {
 func tcpSocketHook(c *corev1.Container, t *corev1.TCPSocketAction) (original, string) {
 	if t.Host != "" {
 		return original{}, fmt.Sprintf("container %q: its preStop tcpSocket sets host %s (Pod Security baseline forbids it); remove the hook, the kubelet never runs it",
-			c.Name, quote(t.Host))
+			c.Name, api.Quote(t.Host, maxQuoted))
 	}
 	return original{warning: fmt.Sprintf("container %q: its preStop tcpSocket hook was dropped: the kubelet never runs tcpSocket hooks, draingate's wait replaces it", c.Name)}, ""
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/prestop"
 )
 
@@ -1002,7 +1003,7 @@ func TestMutateInvalidAnnotations(t *testing.T) {
 				t.Fatal(err)
 			}
 			unchanged(t, pod, out)
-			wantWarning(t, warnings, "not injected", tc.key, quote(tc.value), tc.accepted)
+			wantWarning(t, warnings, "not injected", tc.key, api.Quote(tc.value, maxQuoted), tc.accepted)
 		})
 	}
 	t.Run("all problems at once", func(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/api"
 )
 
 // Wanted says whether pod should be injected: the pod's label
@@ -246,7 +248,7 @@ func gatedIndexes(pod *corev1.Pod) ([]int, []string) {
 	}
 	if len(names) == 0 {
 		return nil, []string{fmt.Sprintf("annotation %s=%s names no container: want a comma-separated list of this pod's containers (%s)",
-			AnnotationContainers, quote(v), containerNames(pod.Spec.Containers))}
+			AnnotationContainers, api.Quote(v, maxQuoted), containerNames(pod.Spec.Containers))}
 	}
 	var idx []int
 	var problems []string
@@ -259,10 +261,10 @@ func gatedIndexes(pod *corev1.Pod) ([]int, []string) {
 			}
 		case slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == n }):
 			problems = append(problems, fmt.Sprintf("annotation %s=%s names init container %s: init containers and sidecars are not gated (a sidecar outlives the app anyway); name only containers (%s)",
-				AnnotationContainers, quote(v), quote(n), containerNames(pod.Spec.Containers)))
+				AnnotationContainers, api.Quote(v, maxQuoted), api.Quote(n, maxQuoted), containerNames(pod.Spec.Containers)))
 		default:
 			problems = append(problems, fmt.Sprintf("annotation %s=%s names %s, not a container of this pod: want a comma-separated list of its containers (%s)",
-				AnnotationContainers, quote(v), quote(n), containerNames(pod.Spec.Containers)))
+				AnnotationContainers, api.Quote(v, maxQuoted), api.Quote(n, maxQuoted), containerNames(pod.Spec.Containers)))
 		}
 	}
 	slices.Sort(idx)
@@ -276,7 +278,7 @@ func containerNames(cs []corev1.Container) string {
 	for i, c := range cs {
 		names[i] = c.Name
 	}
-	return truncate(strings.Join(names, ", "), 60)
+	return api.Truncate(strings.Join(names, ", "), 60)
 }
 
 // podConflicts finds what in the pod would clash with what Mutate adds.

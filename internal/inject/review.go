@@ -9,6 +9,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"draingate.dev/draingate/api"
 )
 
 // Reading and answering AdmissionReviews of either version, also when a
@@ -132,5 +134,5 @@ func skipValue(dec *json.Decoder) error {
 // short bounds an error in a warning: the API server truncates long
 // warnings, and a decoder's message may quote much of the input.
 func short(err error) string {
-	return truncate(err.Error(), 200)
+	return api.Truncate(err.Error(), 200)
 }

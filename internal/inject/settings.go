@@ -6,12 +6,12 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/version"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/prestop"
 )
@@ -198,7 +198,7 @@ func podTimings(pod *corev1.Pod, s Settings) (timings, []string) {
 		d, err := time.ParseDuration(strings.TrimSpace(v))
 		if err != nil || d <= 0 || d > maxOverride {
 			problems = append(problems, fmt.Sprintf("annotation %s=%s: want a duration such as 90s or 2m, more than 0 and at most %s",
-				o.key, quote(v), "1h"))
+				o.key, api.Quote(v, maxQuoted), "1h"))
 			continue
 		}
 		*o.dst = d
@@ -206,22 +206,10 @@ func podTimings(pod *corev1.Pod, s Settings) (timings, []string) {
 	return t, problems
 }
 
-// quote shows a user's value in a warning, bounded: the API server truncates
-// long warnings, and the point is to recognise the value, not reprint it.
-func quote(v string) string {
-	return fmt.Sprintf("%q", truncate(v, 64))
-}
-
-// truncate cuts s to at most n bytes on a character boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+// maxQuoted bounds a user's value quoted in a warning: the API server
+// truncates long warnings, and the point is to recognise the value, not
+// reprint it.
+const maxQuoted = 64
 
 // ImageVolumesOnByDefault reports whether an API server of this version
 // has image volumes on by default (Kubernetes 1.35 and newer). Settings

@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"io"
 	"maps"
 	"regexp"
 	"strconv"
@@ -121,78 +122,14 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 // gone (then its record says logLost).
 func (t *tracker) follow(ctx context.Context, pod string) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			if _, err := t.cl.CoreV1().Pods(t.ns).Get(ctx, pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				t.mu.Lock()
-				t.pods[pod].logLost = true
-				t.mu.Unlock()
-				return
-			}
+		if attempt > 0 && !t.reopenable(ctx, pod) {
+			return
 		}
 		rc, err := t.cl.CoreV1().Pods(t.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
 		if err != nil {
 			continue
 		}
-		// The log is read again from its start: what is counted from it
-		// starts again too.
-		t.mu.Lock()
-		t.pods[pod].sources, t.pods[pod].agentLines = nil, nil
-		t.mu.Unlock()
-		sc := bufio.NewScanner(rc)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "draingate-prestop: traffic evidence") {
-				t.mu.Lock()
-				t.pods[pod].agentLines = append(t.pods[pod].agentLines, sc.Text())
-				t.mu.Unlock()
-				continue
-			}
-			if why, ok := releaseReason(sc.Text()); ok {
-				t.mu.Lock()
-				if t.pods[pod].release == "" {
-					t.pods[pod].releasedAt = time.Now()
-				}
-				t.pods[pod].release = why
-				t.pods[pod].closes = targetGroupCloses(sc.Text())
-				t.pods[pod].agentLines = append(t.pods[pod].agentLines, sc.Text())
-				t.mu.Unlock()
-				continue
-			}
-			f := strings.Fields(sc.Text())
-			if len(f) == 4 && f[0] == "source" {
-				if total, err := strconv.Atoi(f[2]); err == nil {
-					t.mu.Lock()
-					r := t.pods[pod]
-					if r.sources == nil {
-						r.sources = map[string]int{}
-					}
-					r.sources[f[1]] += total
-					t.mu.Unlock()
-				}
-				continue
-			}
-			if len(f) != 2 {
-				continue
-			}
-			ns, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				continue
-			}
-			t.mu.Lock()
-			switch f[0] {
-			case "sigterm":
-				t.pods[pod].sigterm = time.Unix(0, ns)
-			case "exit":
-				t.pods[pod].exit = time.Unix(0, ns)
-			case "liveness-failed":
-				t.pods[pod].failedProbe = time.Unix(0, ns)
-			}
-			t.mu.Unlock()
-		}
+		t.readLog(pod, rc)
 		rc.Close()
 		t.mu.Lock()
 		done := !t.pods[pod].exit.IsZero()
@@ -201,6 +138,91 @@ func (t *tracker) follow(ctx context.Context, pod string) {
 			return
 		}
 	}
+}
+
+// reopenable pauses a second before pod's log is opened again, and reports
+// whether that is still worth it: not once ctx has ended, nor once the pod
+// is gone, whose record then says logLost.
+func (t *tracker) reopenable(ctx context.Context, pod string) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Second):
+	}
+	if _, err := t.cl.CoreV1().Pods(t.ns).Get(ctx, pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.mu.Lock()
+		t.pods[pod].logLost = true
+		t.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// readLog reads one stream of pod's log to its end, a line at a time.
+func (t *tracker) readLog(pod string, log io.Reader) {
+	// The log is read again from its start: what is counted from it
+	// starts again too.
+	t.mu.Lock()
+	t.pods[pod].sources, t.pods[pod].agentLines = nil, nil
+	t.mu.Unlock()
+	sc := bufio.NewScanner(log)
+	for sc.Scan() {
+		t.readLine(pod, sc.Text())
+	}
+}
+
+// readLine keeps in pod's record what one line of its log says: the
+// agent's traffic evidence and release lines, the app's per-source counts
+// and its timestamped sigterm, exit and liveness-failed lines. Other lines
+// are ignored.
+func (t *tracker) readLine(pod, line string) {
+	if strings.HasPrefix(line, "draingate-prestop: traffic evidence") {
+		t.mu.Lock()
+		t.pods[pod].agentLines = append(t.pods[pod].agentLines, line)
+		t.mu.Unlock()
+		return
+	}
+	if why, ok := releaseReason(line); ok {
+		t.mu.Lock()
+		if t.pods[pod].release == "" {
+			t.pods[pod].releasedAt = time.Now()
+		}
+		t.pods[pod].release = why
+		t.pods[pod].closes = targetGroupCloses(line)
+		t.pods[pod].agentLines = append(t.pods[pod].agentLines, line)
+		t.mu.Unlock()
+		return
+	}
+	f := strings.Fields(line)
+	if len(f) == 4 && f[0] == "source" {
+		if total, err := strconv.Atoi(f[2]); err == nil {
+			t.mu.Lock()
+			r := t.pods[pod]
+			if r.sources == nil {
+				r.sources = map[string]int{}
+			}
+			r.sources[f[1]] += total
+			t.mu.Unlock()
+		}
+		return
+	}
+	if len(f) != 2 {
+		return
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	switch f[0] {
+	case "sigterm":
+		t.pods[pod].sigterm = time.Unix(0, ns)
+	case "exit":
+		t.pods[pod].exit = time.Unix(0, ns)
+	case "liveness-failed":
+		t.pods[pod].failedProbe = time.Unix(0, ns)
+	}
+	t.mu.Unlock()
 }
 
 // snapshot copies the records.
@@ -260,7 +282,7 @@ func (t *tracker) restartedAt(pod string) bool {
 }
 
 // The gate's release message says how each target group route closed
-// (internal/gate: Assessment.Why): "targetgroup/ARN by quiet 7.5s after 28
+// (internal/evidence: Closing.Why): "targetgroup/ARN by quiet 7.5s after 28
 // arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.1s), 10.4s before
 // its tail's end, 12 arrivals from the node not counted, 3 of unknown source
 // (too short to see) not counted as a source", or

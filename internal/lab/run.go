@@ -184,6 +184,11 @@ func (r *runner) progress(st Strategy, format string, args ...any) {
 	fmt.Fprintf(r.o.Progress, "lab [%5.0fs] %-10s %s\n", time.Since(r.start).Seconds(), st.Name, fmt.Sprintf(format, args...))
 }
 
+// strategy measures one strategy: its namespace (and, for a gate strategy,
+// draingate), the target group, the load balancer's nodes and controller,
+// the workload, then load through every rollout until the stopped pods are
+// out of rotation. What it set up is torn down, in reverse, when it
+// returns, error or not.
 func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report.Strategy, err error) {
 	res.Name = st.Name
 	sc := r.o.Scenario
@@ -192,26 +197,10 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 
 	// A run-unique name: an earlier run's namespace may still be terminating.
 	ns := fmt.Sprintf("lab-%d-%s-%d", idx, strings.NewReplacer(":", "-", ".", "-").Replace(st.Name), r.start.Unix()%100000)
-	// Gate strategies: draingate installed with its chart in its own
-	// run-unique namespace, uninstalled when the strategy ends; the app's
-	// namespace is labelled for injection (and for the lab's sidecar).
-	var gate *gateSetup
-	nsLabels := map[string]string{}
-	if sc.Sidecar {
-		nsLabels[sidecar.Label] = sidecar.Enabled
-	}
-	if st.Gate {
-		gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
-		r.progress(st, "setup: gate server in namespace %s", gns)
-		g, stopGate, err := r.startGate(ctx, gns, st)
-		defer stopGate()
-		if err != nil {
-			return res, err
-		}
-		gate = g
-		nsLabels[inject.LabelInject] = inject.Enabled
-		r.progress(st, "gate server ready; agent max-wait %s", g.MaxWait)
-		r.notes = append(r.notes, fmt.Sprintf("%s: the chart's defaults in namespace %s; the lab set %s", st.Name, gns, strings.Join(g.Set, ", ")))
+	gate, nsLabels, stopGate, err := r.gateFor(ctx, idx, st)
+	defer stopGate()
+	if err != nil {
+		return res, err
 	}
 	cl := r.env.Client
 	if _, err := cl.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
@@ -221,29 +210,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		// Never leave a half-run strategy's objects behind.
 		cl.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	}()
-	if err := waitFor(ctx, 30*time.Second, func() bool {
-		_, err := cl.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil
-	}); err != nil {
-		return res, fmt.Errorf("namespace %s never got its default ServiceAccount", ns)
-	}
-	if gate != nil {
-		if err := chart.WaitInjecting(ctx, cl, ns, gateReadyBy); err != nil {
-			return res, err
-		}
-	}
-
-	// The target group, and the load balancer's nodes that learn from it.
-	arn, err := r.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
-		Name: fmt.Sprintf("lab-%d-%d", idx, time.Now().Unix()%100000), LoadBalancerType: sc.lbType(), Port: appPort,
-		HealthCheckPath: "/healthz", HealthCheckInterval: sc.HealthCheckInterval, HealthCheckTimeout: min(2*time.Second, sc.HealthCheckInterval),
-		HealthyThreshold: sc.HealthyThreshold, UnhealthyThreshold: 2,
-		DeregistrationDelay: max(sc.DeregistrationDelay, time.Millisecond),
-	})
-	if err != nil {
+	if err := namespaceReady(ctx, cl, ns, gate != nil); err != nil {
 		return res, err
 	}
-	lb, err := r.startLB(idx, arn)
+
+	arn, lb, err := r.startDataPlane(idx)
 	if err != nil {
 		return res, err
 	}
@@ -268,22 +239,126 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 
 	// Load, rollouts, and the wait for every stopped pod to be out of rotation.
 	callsBefore, byBefore := r.emu.Calls(), r.emu.CallsBy()
+	if err := r.underLoad(ctx, p, &res); err != nil {
+		return res, err
+	}
+	r.measure(&res, pods, lb)
+	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
+	if st.Gate {
+		r.noteGateCalls(st, &res, byBefore[gateAccessKey])
+	}
+	if res.NoTarget > 0 {
+		r.progress(st, "done: %d requests, %d failed (%d answered by a load balancer node with no target in rotation)", res.Requests, res.Failed, res.NoTarget)
+	} else {
+		r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
+	}
+	return res, nil
+}
+
+// gateFor starts draingate for a gate strategy, installed with its chart in
+// its own run-unique namespace, and returns the labels of the app's
+// namespace: for injection then, and for the lab's sidecar in a sidecar
+// scenario. stop, never nil, uninstalls draingate (it does nothing for
+// another strategy); the caller defers it at once, error or not.
+func (r *runner) gateFor(ctx context.Context, idx int, st Strategy) (gate *gateSetup, nsLabels map[string]string, stop func(), err error) {
+	nsLabels = map[string]string{}
+	if r.o.Scenario.Sidecar {
+		nsLabels[sidecar.Label] = sidecar.Enabled
+	}
+	if !st.Gate {
+		return nil, nsLabels, func() {}, nil
+	}
+	gns := fmt.Sprintf("lab-%d-draingate-sys-%d", idx, r.start.Unix()%100000)
+	r.progress(st, "setup: gate server in namespace %s", gns)
+	gate, stop, err = r.startGate(ctx, gns, st)
+	if err != nil {
+		return nil, nsLabels, stop, err
+	}
+	nsLabels[inject.LabelInject] = inject.Enabled
+	r.progress(st, "gate server ready; agent max-wait %s", gate.MaxWait)
+	r.notes = append(r.notes, fmt.Sprintf("%s: the chart's defaults in namespace %s; the lab set %s", st.Name, gns, strings.Join(gate.Set, ", ")))
+	return gate, nsLabels, stop, nil
+}
+
+// namespaceReady waits until the new namespace ns can take the workload:
+// its default ServiceAccount exists and, with a gate, draingate's webhook
+// injects its pods.
+func namespaceReady(ctx context.Context, cl kubernetes.Interface, ns string, gate bool) error {
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		_, err := cl.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	}); err != nil {
+		return fmt.Errorf("namespace %s never got its default ServiceAccount", ns)
+	}
+	if gate {
+		return chart.WaitInjecting(ctx, cl, ns, gateReadyBy)
+	}
+	return nil
+}
+
+// startDataPlane creates the strategy's target group in the emulator and
+// the load balancer's nodes that learn from it; the caller defers the load
+// balancer's close.
+func (r *runner) startDataPlane(idx int) (arn string, lb *loadBalancer, err error) {
+	sc := r.o.Scenario
+	arn, err = r.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+		Name: fmt.Sprintf("lab-%d-%d", idx, time.Now().Unix()%100000), LoadBalancerType: sc.lbType(), Port: appPort,
+		HealthCheckPath: "/healthz", HealthCheckInterval: sc.HealthCheckInterval, HealthCheckTimeout: min(2*time.Second, sc.HealthCheckInterval),
+		HealthyThreshold: sc.HealthyThreshold, UnhealthyThreshold: 2,
+		DeregistrationDelay: max(sc.DeregistrationDelay, time.Millisecond),
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	lb, err = r.startLB(idx, arn)
+	if err != nil {
+		return "", nil, err
+	}
+	return arn, lb, nil
+}
+
+// underLoad sends the load through p's load balancer while the rollouts
+// stop pods, until every stopped pod is out of rotation, and fills in res
+// what the load counted. The load stops before it returns, error or not.
+func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) error {
+	st := p.st
 	res.Timeline.Start = time.Now()
-	l := startLoad(lb.urls, r.o.RPS, r.o.loadPer(), res.Timeline.AddRequest)
+	l := startLoad(p.lb.urls, r.o.RPS, r.o.loadPer(), res.Timeline.AddRequest)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
 			l.stop()
 		}
 	}()
-	r.progress(st, "load: %s through %d load balancer nodes", r.o.loadRate(), len(lb.nodes))
+	r.progress(st, "load: %s through %d load balancer nodes", r.o.loadRate(), len(p.lb.nodes))
 	time.Sleep(2 * time.Second) // a steady state before the first rollout
+	if err := r.rollouts(ctx, p, res); err != nil {
+		return err
+	}
+	r.progress(st, "%s done; waiting for stopped pods to exit and leave the data plane", r.o.Scenario.Workload)
+	if err := p.settle(ctx); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	res.Requests, res.Failed = l.stop()
+	loadStopped = true
+	res.Timeline.End = time.Now()
+	ds := r.checkCounts(st, res, p.lb, l)
+	res.NoTarget = int(ds.NoTarget)
+	return nil
+}
+
+// rollouts makes the pods stop r.o.Rollouts times, each under the run's
+// chaos if it has one; a fault is over before the next rollout starts, and
+// what it did goes to res.Chaos.
+func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy) error {
+	st := p.st
 	for i := 1; i <= r.o.Rollouts; i++ {
-		r.progress(st, "%s %d/%d", sc.Workload, i, r.o.Rollouts)
+		r.progress(st, "%s %d/%d", r.o.Scenario.Workload, i, r.o.Rollouts)
 		chaosDone := make(chan error, 1)
 		if r.o.Chaos.Kind != "" {
 			go func() {
-				chaosDone <- r.chaos(ctx, st, gate, func(s string) {
+				chaosDone <- r.chaos(ctx, st, p.gate, func(s string) {
 					r.progress(st, "chaos: %s", s)
 					res.Chaos = append(res.Chaos, fmt.Sprintf("rollout %d: %s", i, s))
 				})
@@ -297,21 +372,19 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 			err = fmt.Errorf("chaos %s: %w", r.o.Chaos.Kind, cerr)
 		}
 		if err != nil {
-			return res, err
+			return err
 		}
 	}
-	r.progress(st, "%s done; waiting for stopped pods to exit and leave the data plane", sc.Workload)
-	if err := p.settle(ctx); err != nil {
-		return res, err
-	}
-	time.Sleep(time.Second)
-	res.Requests, res.Failed = l.stop()
-	loadStopped = true
-	res.Timeline.End = time.Now()
-	// The lab's own consistency check: every request went through the data
-	// plane, so both sides must count the same. A node records a request
-	// once its answer is written, which the client may read first: give
-	// the last ones a moment.
+	return nil
+}
+
+// checkCounts is the lab's own consistency check, once the load l has
+// stopped: every request went through the data plane, so both sides must
+// count the same, else a MISMATCH note says where they differ. It returns
+// the data plane's counts.
+func (r *runner) checkCounts(st Strategy, res *report.Strategy, lb *loadBalancer, l *load) dataplane.Stats {
+	// A node records a request once its answer is written, which the
+	// client may read first: give the last ones a moment.
 	ds := lb.bal.Stats()
 	for wait := time.Now().Add(2 * time.Second); int(ds.Total) < res.Requests && time.Now().Before(wait); ds = lb.bal.Stats() {
 		time.Sleep(20 * time.Millisecond)
@@ -326,24 +399,20 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d (load generator: %s; data plane: %s, %d cut off mid-body)",
 			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed, l.statuses(), strings.Join(byStatus, " "), ds.Aborted))
 	}
-	res.NoTarget = int(ds.NoTarget)
-	r.measure(&res, pods, lb)
-	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
-	if st.Gate {
-		res.GateELBv2Calls = diffCounts(byBefore[gateAccessKey], r.emu.CallsBy()[gateAccessKey])
-		n := 0
-		for _, c := range res.GateELBv2Calls {
-			n += c
-		}
-		span := res.Timeline.End.Sub(res.Timeline.Start).Seconds()
-		r.notes = append(r.notes, fmt.Sprintf("%s: draingate made %d ELBv2 calls in the %.0f s of load (%.2f/s, every replica together; throttled ones included)", st.Name, n, span, float64(n)/span))
+	return ds
+}
+
+// noteGateCalls puts in res the ELBv2 calls draingate's gate server made
+// during the load, counted from before (the emulator's per-key counts when
+// the load started), and notes their rate.
+func (r *runner) noteGateCalls(st Strategy, res *report.Strategy, before map[string]int) {
+	res.GateELBv2Calls = diffCounts(before, r.emu.CallsBy()[gateAccessKey])
+	n := 0
+	for _, c := range res.GateELBv2Calls {
+		n += c
 	}
-	if res.NoTarget > 0 {
-		r.progress(st, "done: %d requests, %d failed (%d answered by a load balancer node with no target in rotation)", res.Requests, res.Failed, res.NoTarget)
-	} else {
-		r.progress(st, "done: %d requests, %d failed", res.Requests, res.Failed)
-	}
-	return res, nil
+	span := res.Timeline.End.Sub(res.Timeline.Start).Seconds()
+	r.notes = append(r.notes, fmt.Sprintf("%s: draingate made %d ELBv2 calls in the %.0f s of load (%.2f/s, every replica together; throttled ones included)", st.Name, n, span, float64(n)/span))
 }
 
 // measure fills res with every stopped pod: deleted, or restarted.

@@ -172,42 +172,9 @@ func (b *boolFlag) IsBoolFlag() bool { return true }
 // parseWait reads the wait command's flags and environment. It reads all it
 // can past a bad flag, so that one mistake does not cost the original hook.
 func parseWait(args []string, getenv func(string) string) (cfg Config, opts waitOptions, problems []string) {
-	flagArgs, argv := args, []string(nil)
-	for i, a := range args {
-		if a == "--" {
-			flagArgs, argv = args[:i], args[i+1:]
-			break
-		}
-	}
-	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	for _, f := range waitFlags {
-		if boolFlags[f.name] {
-			b := boolFlag(f.def)
-			fs.Var(&b, f.name, f.usage)
-			continue
-		}
-		fs.String(f.name, f.def, f.usage)
-	}
-	for rest := flagArgs; len(rest) > 0; {
-		err := fs.Parse(rest)
-		next := fs.Args()
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			problems = append(problems, "-h: run draingate-prestop help for usage")
-		case err != nil:
-			problems = append(problems, err.Error())
-		case len(next) > 0:
-			problems = append(problems, fmt.Sprintf("unexpected argument %q: the original hook's argv goes after --", next[0]))
-			next = next[1:]
-		}
-		// flag stops at a bad flag without always consuming it: skip it
-		// here so the rest still gets read.
-		if len(next) == len(rest) {
-			next = next[1:]
-		}
-		rest = next
-	}
+	flagArgs, argv := splitArgv(args)
+	fs := waitFlagSet()
+	problems = parseFlags(fs, flagArgs)
 	set := map[string]bool{} // given on the command line
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	// The flags are strings, so the environment cannot fail to set them:
@@ -260,6 +227,60 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, opts wait
 	cfg.Then, hookProblems = pickHook(argv, set, value)
 	problems = append(problems, hookProblems...)
 	return cfg, opts, problems
+}
+
+// splitArgv parts the wait command's arguments at the first "--": the flags
+// before it, the original hook's argv after it (nil without a "--").
+func splitArgv(args []string) (flagArgs, argv []string) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], args[i+1:]
+		}
+	}
+	return args, nil
+}
+
+// waitFlagSet declares the wait flags, all as text (boolFlags may stand
+// bare) so that parseWait checks each value itself and says where it came
+// from. The set prints nothing: parseWait reports its errors.
+func waitFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, f := range waitFlags {
+		if boolFlags[f.name] {
+			b := boolFlag(f.def)
+			fs.Var(&b, f.name, f.usage)
+			continue
+		}
+		fs.String(f.name, f.def, f.usage)
+	}
+	return fs
+}
+
+// parseFlags parses args into fs, reading past each bad flag or stray
+// argument (which it reports) to the end, so that one mistake does not hide
+// the flags after it.
+func parseFlags(fs *flag.FlagSet, args []string) (problems []string) {
+	for rest := args; len(rest) > 0; {
+		err := fs.Parse(rest)
+		next := fs.Args()
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			problems = append(problems, "-h: run draingate-prestop help for usage")
+		case err != nil:
+			problems = append(problems, err.Error())
+		case len(next) > 0:
+			problems = append(problems, fmt.Sprintf("unexpected argument %q: the original hook's argv goes after --", next[0]))
+			next = next[1:]
+		}
+		// flag stops at a bad flag without always consuming it: skip it
+		// here so the rest still gets read.
+		if len(next) == len(rest) {
+			next = next[1:]
+		}
+		rest = next
+	}
+	return problems
 }
 
 // pickHook finds the original hook. The command line wins over the

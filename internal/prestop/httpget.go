@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"draingate.dev/draingate/api"
 )
 
 // This file is a minimal HTTP/1.1 GET client. net/http would do, but it
@@ -143,7 +145,7 @@ func parseStatusLine(line string) (int, error) {
 	code, _, _ := strings.Cut(rest, " ")
 	n, err := strconv.Atoi(code)
 	if !strings.HasPrefix(proto, "HTTP/1.") || len(code) != 3 || err != nil || n < 100 {
-		return 0, fmt.Errorf("not an HTTP/1.x status line: %q", truncate(line, 60))
+		return 0, fmt.Errorf("not an HTTP/1.x status line: %s", api.Quote(line, 60))
 	}
 	return n, nil
 }
@@ -195,7 +197,7 @@ func readChunked(r *bufio.Reader) ([]byte, error) {
 		sizeText, _, _ := strings.Cut(line, ";") // chunk extensions are ignored
 		size, err := strconv.ParseUint(strings.TrimSpace(sizeText), 16, 63)
 		if err != nil {
-			return nil, fmt.Errorf("bad chunk size %q", truncate(line, 40))
+			return nil, fmt.Errorf("bad chunk size %s", api.Quote(line, 40))
 		}
 		if size == 0 {
 			// Trailers, if any, end with an empty line; nothing in them matters.
@@ -230,11 +232,4 @@ func noEOF(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

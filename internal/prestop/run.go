@@ -67,6 +67,11 @@ type waiter struct {
 	start time.Time
 	res   Result
 
+	// deadline is start plus MaxWait; fallbackEnd is when the wait ends if
+	// no server has answered by then.
+	deadline    time.Time
+	fallbackEnd time.Time
+
 	answered bool   // some HTTP answer came back, whatever its status
 	failures int    // failed asks since the last good answer, for the backoff
 	notFound int    // 404s in a row
@@ -76,26 +81,17 @@ type waiter struct {
 	tokenFailed bool // reading the token file failed, and was logged
 }
 
+// run asks the server until one of the ends Run documents comes, and leaves
+// in w.res which it was.
 func (w *waiter) run(ctx context.Context) {
 	cfg := w.cfg
-	deadline := w.start.Add(cfg.MaxWait)
-	fallbackEnd := w.start.Add(min(cfg.Fallback, cfg.MaxWait))
+	w.deadline = w.start.Add(cfg.MaxWait)
+	w.fallbackEnd = w.start.Add(min(cfg.Fallback, cfg.MaxWait))
 	req := api.DrainRequest{Namespace: cfg.Namespace, Pod: cfg.Pod, UID: cfg.UID}
 	w.log.printf("asking %s whether %s/%s may stop: max wait %s, fallback %s", cfg.Server, cfg.Namespace, cfg.Pod, cfg.MaxWait, min(cfg.Fallback, cfg.MaxWait))
 	for {
 		now := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			w.res.Outcome = Canceled
-			w.log.printf("wait canceled after %s: %v", w.since(), context.Cause(ctx))
-			return
-		case !now.Before(deadline):
-			w.res.Outcome = Deadline
-			w.log.printf("deadline reached after %s, not released (%s)%s", w.since(), w.lastWord(), openDetails(w.res.Verdict))
-			return
-		case !w.answered && w.res.Asks > 0 && !now.Before(fallbackEnd):
-			w.res.Outcome = NoServer
-			w.log.printf("no gate server answered in %s (%d asks, last error: %s); waited fallback %s", w.since(), w.res.Asks, w.lastErr, min(cfg.Fallback, cfg.MaxWait))
+		if w.over(ctx, now) {
 			return
 		}
 
@@ -103,16 +99,16 @@ func (w *waiter) run(ctx context.Context) {
 		// trying when the fallback ends: a long-poll would hide whether
 		// anybody is there. The first ask always gets its chance, so a
 		// zero fallback still asks once.
-		limit := deadline
+		limit := w.deadline
 		req.Wait = 0
 		if !w.answered && w.res.Asks > 0 {
-			limit = fallbackEnd
+			limit = w.fallbackEnd
 		}
 		if w.answered {
-			remaining := deadline.Sub(now)
+			remaining := w.deadline.Sub(now)
 			if remaining < minPollGap {
 				// Too little time to be worth another round trip.
-				sleepUntil(ctx, deadline)
+				sleepUntil(ctx, w.deadline)
 				continue
 			}
 			// Ask the server to answer a little before the deadline, so the
@@ -132,56 +128,104 @@ func (w *waiter) run(ctx context.Context) {
 			continue
 		}
 		if err != nil {
-			if w.answered {
-				w.failed(fmt.Sprintf("gate server did not answer: %v", err), "retrying until the deadline")
-			} else {
-				w.failed(fmt.Sprintf("gate server unreachable: %v", err), fmt.Sprintf("retrying until the fallback ends in %s", round(time.Until(fallbackEnd))))
-			}
-			w.pause(ctx, limit)
+			w.unanswered(ctx, err, limit)
 			continue
 		}
 		w.answered = true
-		switch s := resp.status; {
-		case s == 200:
-			var v api.Verdict
-			if err := json.Unmarshal(resp.body, &v); err != nil {
-				w.failed(fmt.Sprintf("gate server answered 200 with no verdict: %v", err), "retrying")
-				w.pause(ctx, deadline)
-				continue
-			}
-			w.res.Verdict = &v
-			w.failures, w.notFound, w.lastErr = 0, 0, ""
-			if v.Released {
-				w.res.Outcome = Released
-				w.log.printf("released after %s: %s", w.since(), summary(&v))
-				return
-			}
-			if seen := seenKey(&v); seen != w.lastSeen {
-				w.lastSeen = seen
-				w.log.printf("waiting after %s: %s", w.since(), summary(&v))
-			}
-			if took := time.Since(now); req.Wait > 0 && took < minPollGap {
-				sleepUntil(ctx, earlier(now.Add(minPollGap), deadline))
-			}
-		case s == 404:
-			w.notFound++
-			if w.notFound >= notFoundTries {
-				w.refused(ctx, fallbackEnd, fmt.Sprintf("gate server does not know the pod after %d asks: %s", w.notFound, errorText(resp)))
-				return
-			}
-			w.failed(fmt.Sprintf("gate server does not know the pod (yet): %s", errorText(resp)), "retrying: its cache may be behind")
-			w.pause(ctx, deadline)
-		case s >= 400 && s < 500 && s != 429:
-			w.refused(ctx, fallbackEnd, fmt.Sprintf("gate server refused the request: %d %s", s, errorText(resp)))
+		if w.answer(ctx, resp, now, req.Wait) {
 			return
-		default:
-			// 5xx, 429, and what a gate server never sends (3xx…): the
-			// server is there but cannot answer now; errors lengthen the
-			// wait, they never shorten it.
-			w.failed(fmt.Sprintf("gate server answered %d %s", s, errorText(resp)), "retrying until the deadline")
-			w.pause(ctx, deadline)
 		}
 	}
+}
+
+// over reports whether the wait is over before the next ask: ctx ended,
+// the deadline came, or the fallback ended with no server having answered.
+// It sets the outcome and logs it.
+func (w *waiter) over(ctx context.Context, now time.Time) bool {
+	switch {
+	case ctx.Err() != nil:
+		w.res.Outcome = Canceled
+		w.log.printf("wait canceled after %s: %v", w.since(), context.Cause(ctx))
+		return true
+	case !now.Before(w.deadline):
+		w.res.Outcome = Deadline
+		w.log.printf("deadline reached after %s, not released (%s)%s", w.since(), w.lastWord(), openDetails(w.res.Verdict))
+		return true
+	case !w.answered && w.res.Asks > 0 && !now.Before(w.fallbackEnd):
+		w.res.Outcome = NoServer
+		w.log.printf("no gate server answered in %s (%d asks, last error: %s); waited fallback %s", w.since(), w.res.Asks, w.lastErr, min(w.cfg.Fallback, w.cfg.MaxWait))
+		return true
+	}
+	return false
+}
+
+// unanswered logs an ask that got no HTTP answer and pauses before the
+// next, never past limit. Before any answer the wait is the fallback's, so
+// the log line says when that ends.
+func (w *waiter) unanswered(ctx context.Context, err error, limit time.Time) {
+	if w.answered {
+		w.failed(fmt.Sprintf("gate server did not answer: %v", err), "retrying until the deadline")
+	} else {
+		w.failed(fmt.Sprintf("gate server unreachable: %v", err), fmt.Sprintf("retrying until the fallback ends in %s", round(time.Until(w.fallbackEnd))))
+	}
+	w.pause(ctx, limit)
+}
+
+// answer acts on an HTTP answer to the ask sent at now for a wait of wait,
+// and reports whether the wait is over (released, or refused and the
+// fallback waited out). A 404 is retried a few times, other 4xx but 429
+// refuse, and the rest is retried until the deadline.
+func (w *waiter) answer(ctx context.Context, resp response, now time.Time, wait time.Duration) bool {
+	switch s := resp.status; {
+	case s == 200:
+		return w.verdict(ctx, resp, now, wait)
+	case s == 404:
+		w.notFound++
+		if w.notFound >= notFoundTries {
+			w.refused(ctx, w.fallbackEnd, fmt.Sprintf("gate server does not know the pod after %d asks: %s", w.notFound, errorText(resp)))
+			return true
+		}
+		w.failed(fmt.Sprintf("gate server does not know the pod (yet): %s", errorText(resp)), "retrying: its cache may be behind")
+		w.pause(ctx, w.deadline)
+	case s >= 400 && s < 500 && s != 429:
+		w.refused(ctx, w.fallbackEnd, fmt.Sprintf("gate server refused the request: %d %s", s, errorText(resp)))
+		return true
+	default:
+		// 5xx, 429, and what a gate server never sends (3xx…): the
+		// server is there but cannot answer now; errors lengthen the
+		// wait, they never shorten it.
+		w.failed(fmt.Sprintf("gate server answered %d %s", s, errorText(resp)), "retrying until the deadline")
+		w.pause(ctx, w.deadline)
+	}
+	return false
+}
+
+// verdict acts on a 200 answer, and reports whether it released the pod.
+// A waiting verdict is logged when it changes; a long-poll answered at once
+// is paced to minPollGap so a server that never holds one is not asked in
+// a tight loop.
+func (w *waiter) verdict(ctx context.Context, resp response, now time.Time, wait time.Duration) bool {
+	var v api.Verdict
+	if err := json.Unmarshal(resp.body, &v); err != nil {
+		w.failed(fmt.Sprintf("gate server answered 200 with no verdict: %v", err), "retrying")
+		w.pause(ctx, w.deadline)
+		return false
+	}
+	w.res.Verdict = &v
+	w.failures, w.notFound, w.lastErr = 0, 0, ""
+	if v.Released {
+		w.res.Outcome = Released
+		w.log.printf("released after %s: %s", w.since(), summary(&v))
+		return true
+	}
+	if seen := seenKey(&v); seen != w.lastSeen {
+		w.lastSeen = seen
+		w.log.printf("waiting after %s: %s", w.since(), summary(&v))
+	}
+	if took := time.Since(now); wait > 0 && took < minPollGap {
+		sleepUntil(ctx, earlier(now.Add(minPollGap), w.deadline))
+	}
+	return false
 }
 
 // ask sends one drain request, bounded by timeout.
@@ -342,13 +386,13 @@ func seenKey(v *api.Verdict) string { return string(v.Reason) + "|" + routeList(
 func errorText(r response) string {
 	var v api.Verdict
 	if json.Unmarshal(r.body, &v) == nil && v.Message != "" {
-		return truncate(v.Message, 200)
+		return api.Truncate(v.Message, 200)
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(r.body)), "\n")
 	if line == "" {
 		return "(no body)"
 	}
-	return truncate(line, 200)
+	return api.Truncate(line, 200)
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -116,7 +116,8 @@ func (o Options) logf(format string, args ...any) {
 }
 
 // build builds b's binaries into bins (kept: the release attaches the
-// agent's) and its image.
+// agent's) and its image: the multi-platform index, written as an OCI
+// layout, with its SBOM beside it.
 func (o Options) build(ctx context.Context, b Binary, bins string) (Image, error) {
 	labels := map[string]string{
 		"org.opencontainers.image.title":       b.Name,
@@ -129,30 +130,14 @@ func (o Options) build(ctx context.Context, b Binary, bins string) (Image, error
 	var specs []image.Spec
 	var sbomFrom string
 	for _, arch := range o.Arches {
-		bin := filepath.Join(bins, b.Name+"-linux-"+arch)
-		start := time.Now()
-		if err := o.goBuild(ctx, b.Package, arch, bin); err != nil {
+		bin, err := o.buildBinary(ctx, b, arch, bins)
+		if err != nil {
 			return Image{}, err
-		}
-		if st, err := os.Stat(bin); err == nil {
-			o.logf("images: built %s for linux/%s (%.1f MiB) in %s", b.Name, arch, float64(st.Size())/(1<<20), time.Since(start).Round(100*time.Millisecond))
 		}
 		if sbomFrom == "" {
 			sbomFrom = bin
 		}
-		specs = append(specs, image.Spec{
-			Ref:  b.Name + ":" + o.Version,
-			Arch: arch,
-			Files: []image.File{
-				{Path: "/bin/" + b.Name, Source: bin},
-				{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-				{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnonroot:x:65532:\n")},
-			},
-			Entrypoint: []string{"/bin/" + b.Name},
-			User:       NonRoot,
-			Labels:     labels,
-			Created:    o.Created,
-		})
+		specs = append(specs, o.spec(b, arch, bin, labels))
 	}
 	idx, err := image.Index(specs, labels)
 	if err != nil {
@@ -162,42 +147,92 @@ func (o Options) build(ctx context.Context, b Binary, bins string) (Image, error
 	if err != nil {
 		return Image{}, err
 	}
-	img := Image{Name: b.Name, Index: idx, Digest: digest, Sizes: map[string]int64{},
+	img := Image{Name: b.Name, Index: idx, Digest: digest,
 		Layout: filepath.Join(o.Out, b.Name), SBOM: filepath.Join(o.Out, b.Name+".cdx.json")}
-	im, err := idx.IndexManifest()
-	if err != nil {
+	if img.Sizes, err = platformSizes(idx); err != nil {
 		return Image{}, err
 	}
+	if err := image.WriteLayout(img.Layout, o.Version, idx); err != nil {
+		return Image{}, err
+	}
+	if err := o.writeSBOM(b, digest, sbomFrom, img.SBOM); err != nil {
+		return Image{}, err
+	}
+	return img, nil
+}
+
+// buildBinary builds b for linux/arch into bins, logs its size and build
+// time, and returns its path.
+func (o Options) buildBinary(ctx context.Context, b Binary, arch, bins string) (string, error) {
+	bin := filepath.Join(bins, b.Name+"-linux-"+arch)
+	start := time.Now()
+	if err := o.goBuild(ctx, b.Package, arch, bin); err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(bin); err == nil {
+		o.logf("images: built %s for linux/%s (%.1f MiB) in %s", b.Name, arch, float64(st.Size())/(1<<20), time.Since(start).Round(100*time.Millisecond))
+	}
+	return bin, nil
+}
+
+// spec is b's image for linux/arch: the binary bin as /bin/<name> and its
+// entrypoint, and the passwd and group files that name the NonRoot user it
+// runs as.
+func (o Options) spec(b Binary, arch, bin string, labels map[string]string) image.Spec {
+	return image.Spec{
+		Ref:  b.Name + ":" + o.Version,
+		Arch: arch,
+		Files: []image.File{
+			{Path: "/bin/" + b.Name, Source: bin},
+			{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+			{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnonroot:x:65532:\n")},
+		},
+		Entrypoint: []string{"/bin/" + b.Name},
+		User:       NonRoot,
+		Labels:     labels,
+		Created:    o.Created,
+	}
+}
+
+// platformSizes is each platform's compressed size in idx (its config and
+// layers), by arch.
+func platformSizes(idx v1.ImageIndex) (map[string]int64, error) {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	sizes := map[string]int64{}
 	for _, d := range im.Manifests {
 		one, err := idx.Image(d.Digest)
 		if err != nil {
-			return Image{}, err
+			return nil, err
 		}
 		m, err := one.Manifest()
 		if err != nil {
-			return Image{}, err
+			return nil, err
 		}
 		size := m.Config.Size
 		for _, l := range m.Layers {
 			size += l.Size
 		}
-		img.Sizes[d.Platform.Architecture] = size
+		sizes[d.Platform.Architecture] = size
 	}
-	if err := image.WriteLayout(img.Layout, o.Version, idx); err != nil {
-		return Image{}, err
-	}
-	info, err := buildinfo.ReadFile(sbomFrom)
+	return sizes, nil
+}
+
+// writeSBOM writes at path the CycloneDX SBOM of b's image (digest), its
+// components read from the module graph of the binary bin: every arch's
+// binary is built from the same modules.
+func (o Options) writeSBOM(b Binary, digest v1.Hash, bin, path string) error {
+	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
-		return Image{}, fmt.Errorf("release: read %s's module graph: %w", b.Name, err)
+		return fmt.Errorf("release: read %s's module graph: %w", b.Name, err)
 	}
 	sbom, err := cycloneDX(b.Name, o, digest, info)
 	if err != nil {
-		return Image{}, err
+		return err
 	}
-	if err := writeFile(img.SBOM, sbom); err != nil {
-		return Image{}, err
-	}
-	return img, nil
+	return writeFile(path, sbom)
 }
 
 // goBuild builds pkg as a static linux/arch binary at dst, reproducibly.

@@ -53,9 +53,37 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 	}
 	// Their first asks start the target groups' polls: let them settle.
 	time.Sleep(3 * time.Second)
-	cpu0, err := srv.cpuSeconds()
+	if err := r.steady(ctx, srv, ag, &res); err != nil {
+		return res, err
+	}
+
+	r.progress("taking the waiting pods out of their routes")
+	changed, err := r.changeRoutes(ctx)
 	if err != nil {
 		return res, err
+	}
+	_ = poll(ctx, cfg.ReleaseTimeout, func() bool { return ag.count() == len(r.waiters) })
+	r.tallyReleases(&res, ag.snapshot(), changed)
+	res.AgentErrors += int(ag.errors.Load())
+	for action, n := range r.emu.CallsBy()[accessKey] {
+		if action != "DescribeTargetHealth" {
+			res.OtherCalls += n
+		}
+	}
+	if err := srv.exitedEarly(); err != nil {
+		return res, err
+	}
+	return res, ctx.Err()
+}
+
+// steady measures the steady window, every agent waiting: the server's
+// CPU, memory and ELBv2 describe rate over cfg.Steady, the latency of
+// sampled asks answered at once, and a heap profile at its end.
+func (r *run) steady(ctx context.Context, srv *server, ag *agents, res *Result) error {
+	cfg := r.cfg
+	cpu0, err := srv.cpuSeconds()
+	if err != nil {
+		return err
 	}
 	calls0 := r.describeCalls()
 	t0 := time.Now()
@@ -64,34 +92,34 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 	el := time.Since(t0)
 	cpu1, err := srv.cpuSeconds()
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.Window = el
 	res.CPU = (cpu1 - cpu0) / el.Seconds()
 	res.DescribePerSecond = float64(r.describeCalls()-calls0) / el.Seconds()
 	if res.RSS, res.PeakRSS, err = srv.memory(); err != nil {
-		return res, err
+		return err
 	}
 	res.HeapInuse, _ = srv.metric(ctx, "go_memstats_heap_inuse_bytes")
 	res.StackInuse, _ = srv.metric(ctx, "go_memstats_stack_inuse_bytes")
 	res.HeapProfile = filepath.Join(r.env.Dir, fmt.Sprintf("heap-%d-%d.pb.gz", cfg.Pods, cfg.Waiters))
 	if err := srv.saveHeapProfile(ctx, res.HeapProfile); err != nil {
-		return res, err
+		return err
 	}
 	if len(lat) == 0 {
-		return res, fmt.Errorf("no answer to %d samples: %v", sampleErrs, ag.lastErr())
+		return fmt.Errorf("no answer to %d samples: %v", sampleErrs, ag.lastErr())
 	}
 	slices.Sort(lat)
 	res.Answers, res.AnswerP50, res.AnswerP99 = len(lat), quantile(lat, 0.5), quantile(lat, 0.99)
 	res.AgentErrors = sampleErrs
+	return nil
+}
 
-	r.progress("taking the waiting pods out of their routes")
-	changed, err := r.changeRoutes(ctx)
-	if err != nil {
-		return res, err
-	}
-	_ = poll(ctx, cfg.ReleaseTimeout, func() bool { return ag.count() == len(r.waiters) })
-	released := ag.snapshot()
+// tallyReleases sets each waiting pod's release against the time its routes
+// changed: missing, early (before the change, a bug: a few of their
+// messages are kept) or after it, with the quantiles of the delays, apart
+// for pods behind a target group and those in EndpointSlices only.
+func (r *run) tallyReleases(res *Result, released map[int]release, changed map[int]time.Time) {
 	var rel, tg, sliceOnly []time.Duration
 	for _, i := range r.waiters {
 		got, ok := released[i]
@@ -125,16 +153,6 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 	if len(rel) > 0 {
 		res.ReleaseMax = rel[len(rel)-1]
 	}
-	res.AgentErrors += int(ag.errors.Load())
-	for action, n := range r.emu.CallsBy()[accessKey] {
-		if action != "DescribeTargetHealth" {
-			res.OtherCalls += n
-		}
-	}
-	if err := srv.exitedEarly(); err != nil {
-		return res, err
-	}
-	return res, ctx.Err()
 }
 
 func (r *run) describeCalls() int { return r.emu.CallsBy()[accessKey]["DescribeTargetHealth"] }

@@ -240,6 +240,33 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.ensureNode(ctx); err != nil {
 		return err
 	}
+	if err := r.createNamespaces(ctx); err != nil {
+		return err
+	}
+	if err := r.createServices(ctx); err != nil {
+		return err
+	}
+	if err := r.bindTargetGroups(ctx); err != nil {
+		return err
+	}
+	if err := r.createPods(ctx); err != nil {
+		return err
+	}
+	if err := r.writeSlices(ctx); err != nil {
+		return err
+	}
+	if err := r.registerTargets(); err != nil {
+		return err
+	}
+	rng := mrand.New(mrand.NewPCG(r.cfg.Seed, 0x5ca1e))
+	r.waiters = rng.Perm(r.cfg.Pods)[:r.cfg.Waiters]
+	sort.Ints(r.waiters)
+	return nil
+}
+
+// createNamespaces creates the run's namespaces, one per PerNamespace
+// Services, and waits until each has its default ServiceAccount.
+func (r *run) createNamespaces(ctx context.Context) error {
 	cfg := r.cfg
 	nsCount := (cfg.Services + cfg.PerNamespace - 1) / cfg.PerNamespace
 	for i := range nsCount {
@@ -259,7 +286,12 @@ func (r *run) setup(ctx context.Context) error {
 			return fmt.Errorf("namespace %s has no default ServiceAccount: %w", ns, err)
 		}
 	}
-	err = parallel(ctx, cfg.Services, func(ctx context.Context, s int) error {
+	return nil
+}
+
+// createServices creates the Services, each on port 80 to the pods' 8080.
+func (r *run) createServices(ctx context.Context) error {
+	return parallel(ctx, r.cfg.Services, func(ctx context.Context, s int) error {
 		ns, name := r.serviceRef(s)
 		labels := map[string]string{proxyNameLabel: nodeName}
 		if _, err := r.kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -270,10 +302,13 @@ func (r *run) setup(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	for s := 0; s < cfg.Services; s += cfg.TargetGroupEvery {
+}
+
+// bindTargetGroups gives every TargetGroupEvery-th Service a target group
+// in the emulator and a TargetGroupBinding to it; r.arns records the
+// target groups.
+func (r *run) bindTargetGroups(ctx context.Context) error {
+	for s := 0; s < r.cfg.Services; s += r.cfg.TargetGroupEvery {
 		arn, err := r.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
 			Name: fmt.Sprintf("s-%s-%d", r.id, s), LoadBalancerType: elbv2sim.Application, Port: 8080, TargetType: "ip",
 			// Checks answer 200 without a network (healthy); slow ones
@@ -290,10 +325,15 @@ func (r *run) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	r.pods = make([]podInfo, cfg.Pods)
+	return nil
+}
+
+// createPods creates the run's pods in parallel, saying every 2000.
+func (r *run) createPods(ctx context.Context) error {
+	r.pods = make([]podInfo, r.cfg.Pods)
 	var done int64
 	var mu sync.Mutex
-	err = parallel(ctx, cfg.Pods, func(ctx context.Context, i int) error {
+	return parallel(ctx, r.cfg.Pods, func(ctx context.Context, i int) error {
 		if err := r.createPod(ctx, i); err != nil {
 			return err
 		}
@@ -305,12 +345,10 @@ func (r *run) setup(ctx context.Context) error {
 		mu.Unlock()
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if err := r.writeSlices(ctx); err != nil {
-		return err
-	}
+}
+
+// registerTargets registers in each target group the pods of its Service.
+func (r *run) registerTargets() error {
 	for s, arn := range r.arns {
 		var ts []elbv2sim.Target
 		for _, p := range r.pods {
@@ -322,9 +360,6 @@ func (r *run) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x5ca1e))
-	r.waiters = rng.Perm(cfg.Pods)[:cfg.Waiters]
-	sort.Ints(r.waiters)
 	return nil
 }
 

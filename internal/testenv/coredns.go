@@ -34,6 +34,19 @@ const corefile = `.:53 {
 // DNSIP, as kubeadm does, and waits until it answers from the host.
 func (c *Cluster) startCoreDNS(ctx context.Context) error {
 	const ns, name = "kube-system", "coredns"
+	if err := c.createCoreDNS(ctx, ns, name); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, "coredns", 120*time.Second, func(ctx context.Context) error {
+		return c.coreDNSAnswers(ctx, ns, name)
+	})
+}
+
+// createCoreDNS creates CoreDNS's objects in ns: its ServiceAccount and the
+// RBAC that lets it list and watch what it serves, the Corefile, the
+// kube-dns Service at DNSIP and the Deployment. An object that already
+// exists is kept as it is.
+func (c *Cluster) createCoreDNS(ctx context.Context, ns, name string) error {
 	labels := map[string]string{"k8s-app": "kube-dns"}
 	objs := []func() error{
 		func() error {
@@ -89,23 +102,28 @@ func (c *Cluster) startCoreDNS(ctx context.Context) error {
 			return err
 		}
 	}
-	return c.waitReady(ctx, "coredns", 120*time.Second, func(ctx context.Context) error {
-		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("deployment %s/%s: %d ready replicas", ns, name, d.Status.ReadyReplicas)
-		}
-		addrs, err := c.Resolver().LookupHost(ctx, "kubernetes.default.svc.cluster.local")
-		if err != nil {
-			return err
-		}
-		if len(addrs) != 1 || addrs[0] != KubernetesServiceIP {
-			return fmt.Errorf("kubernetes.default resolved to %v, want %s", addrs, KubernetesServiceIP)
-		}
-		return nil
-	})
+	return nil
+}
+
+// coreDNSAnswers checks CoreDNS once: its Deployment has a ready replica
+// and, asked from the host through the kube-dns Service, it resolves the
+// kubernetes Service to KubernetesServiceIP.
+func (c *Cluster) coreDNSAnswers(ctx context.Context, ns, name string) error {
+	d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if d.Status.ReadyReplicas < 1 {
+		return fmt.Errorf("deployment %s/%s: %d ready replicas", ns, name, d.Status.ReadyReplicas)
+	}
+	addrs, err := c.Resolver().LookupHost(ctx, "kubernetes.default.svc.cluster.local")
+	if err != nil {
+		return err
+	}
+	if len(addrs) != 1 || addrs[0] != KubernetesServiceIP {
+		return fmt.Errorf("kubernetes.default resolved to %v, want %s", addrs, KubernetesServiceIP)
+	}
+	return nil
 }
 
 // Resolver asks the cluster DNS (through the kube-dns Service, so through

@@ -34,7 +34,30 @@ func Down(ctx context.Context, runDir string, progress io.Writer) error {
 		}
 		st = newState(runDir) // nothing recorded: only mounts and the folder
 	}
-	p := paths{runDir}
+	errs := stopProcesses(ctx, paths{runDir}, st)
+	errs = append(errs, undoHostChanges(runDir, st)...)
+	// Never remove a folder that still has something mounted below it.
+	if mps, _ := mountsUnder(runDir); len(mps) == 0 {
+		if err := os.RemoveAll(runDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if left := leftovers(runDir, st); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("left behind: %s", strings.Join(left, "; ")))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("test cluster down: %w", errors.Join(errs...))
+	}
+	fmt.Fprintf(progress, "test cluster: %s torn down\n", runDir)
+	return nil
+}
+
+// stopProcesses stops every process of the run, and the pods: the kubelet
+// first, so that nothing restarts the pods it removes, then the pods
+// through the CRI, containerd, whatever still uses its socket (shims) or
+// runs in the run's cgroups, and every other recorded process, newest
+// first. It returns what failed.
+func stopProcesses(ctx context.Context, p paths, st *state) []error {
 	var errs []error
 	note := func(err error) {
 		if err != nil {
@@ -51,7 +74,6 @@ func Down(ctx context.Context, runDir string, progress io.Writer) error {
 		}
 	}
 
-	// The kubelet first, so that nothing restarts the pods we remove.
 	stop("kubelet")
 	stop("kube-proxy")
 	if _, err := os.Stat(p.containerd()); err == nil {
@@ -64,6 +86,20 @@ func Down(ctx context.Context, runDir string, progress io.Writer) error {
 	note(killCgroupProcesses(st))
 	for i := len(st.Processes) - 1; i >= 0; i-- {
 		note(stopProcess(st.Processes[i], 15*time.Second))
+	}
+	return errs
+}
+
+// undoHostChanges undoes what the run changed on the host, once its
+// processes are stopped: iptables chains, network devices and namespaces,
+// mounts under runDir, sysctls, cgroups and the paths it created outside
+// runDir. It returns what failed.
+func undoHostChanges(runDir string, st *state) []error {
+	var errs []error
+	note := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, e := range removeChains(st) {
 		note(e)
@@ -86,18 +122,7 @@ func Down(ctx context.Context, runDir string, progress io.Writer) error {
 	for _, e := range removeCreatedPaths(st) {
 		note(e)
 	}
-	// Never remove a folder that still has something mounted below it.
-	if mps, _ := mountsUnder(runDir); len(mps) == 0 {
-		note(os.RemoveAll(runDir))
-	}
-	if left := leftovers(runDir, st); len(left) > 0 {
-		note(fmt.Errorf("left behind: %s", strings.Join(left, "; ")))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("test cluster down: %w", errors.Join(errs...))
-	}
-	fmt.Fprintf(progress, "test cluster: %s torn down\n", runDir)
-	return nil
+	return errs
 }
 
 // removeAllPods removes every pod sandbox through the CRI. When the run's

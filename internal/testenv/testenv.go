@@ -143,18 +143,49 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		c.logf("attached to the cluster running in %s", c.RunDir)
 		return c, nil
 	}
-	if err := preflight(opts); err != nil {
+	if err := prepareRun(ctx, opts); err != nil {
 		return nil, err
+	}
+	c, err := newCluster(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if derr := Down(context.Background(), c.RunDir, io.Discard); derr != nil {
+				err = fmt.Errorf("%w\n(cleanup after the failure also failed: %v)", err, derr)
+			}
+		}
+	}()
+	if err := c.record(); err != nil {
+		return nil, err
+	}
+	if err := c.startParts(ctx); err != nil {
+		return nil, err
+	}
+	c.logf("ready in %.1fs; export KUBECONFIG=%s", time.Since(c.started).Seconds(), c.Kubeconfig)
+	return c, nil
+}
+
+// prepareRun makes sure a new run can start: the host has what it needs
+// (preflight), a stale run in the run folder is torn down, and the
+// cluster's ports are free.
+func prepareRun(ctx context.Context, opts Options) error {
+	if err := preflight(opts); err != nil {
+		return err
 	}
 	if _, err := os.Stat(opts.RunDir); err == nil {
 		fmt.Fprintf(opts.Progress, "test cluster: cleaning a stale run in %s\n", opts.RunDir)
 		if err := Down(ctx, opts.RunDir, opts.Progress); err != nil {
-			return nil, fmt.Errorf("clean stale run: %w", err)
+			return fmt.Errorf("clean stale run: %w", err)
 		}
 	}
-	if err := checkPorts(); err != nil {
-		return nil, err
-	}
+	return checkPorts()
+}
+
+// newCluster is the Cluster a new run starts, owned by this process, with
+// its log folder made and its state not yet recorded.
+func newCluster(opts Options) (*Cluster, error) {
 	root, _ := ModuleRoot()
 	c := &Cluster{
 		RunDir: opts.RunDir, BinDir: opts.BinDir, Owned: true,
@@ -166,16 +197,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.st = newState(c.RunDir)
-	defer func() {
-		if err != nil {
-			if derr := Down(context.Background(), c.RunDir, io.Discard); derr != nil {
-				err = fmt.Errorf("%w\n(cleanup after the failure also failed: %v)", err, derr)
-			}
-		}
-	}()
-	if err := c.record(); err != nil {
-		return nil, err
-	}
+	return c, nil
+}
+
+// startParts starts the cluster's parts in order, each ready before the
+// next starts. A part's failure comes back as a PartError naming the part
+// and its log, unless it already is one.
+func (c *Cluster) startParts(ctx context.Context) error {
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
@@ -197,14 +225,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		if err := s.fn(ctx); err != nil {
 			var pe *PartError
 			if errors.As(err, &pe) {
-				return nil, err
+				return err
 			}
-			return nil, &PartError{Part: s.name, Err: err, Log: c.logFor(s.name)}
+			return &PartError{Part: s.name, Err: err, Log: c.logFor(s.name)}
 		}
 		c.logf("%s ready (%.1fs)", s.name, time.Since(t0).Seconds())
 	}
-	c.logf("ready in %.1fs; export KUBECONFIG=%s", time.Since(c.started).Seconds(), c.Kubeconfig)
-	return c, nil
+	return nil
 }
 
 func (c *Cluster) logf(format string, args ...any) {

@@ -163,6 +163,9 @@ type arrival struct {
 	at  time.Time
 }
 
+// apply folds one successful snapshot into the watch: the ports listening,
+// the connections and what arrived on them, the passive opens nobody saw,
+// then each source's arrivals. The caller holds w.mu.
 func (w *Watcher) apply(snap Snapshot, now time.Time) {
 	if w.started && now.Before(w.last) {
 		// Time never runs backwards between two samples; if a caller's
@@ -176,23 +179,29 @@ func (w *Watcher) apply(snap Snapshot, now time.Time) {
 	}
 	w.listen = slices.Clone(snap.Listening)
 
-	// The pod's own addresses are those its sockets are bound to; a peer
-	// at one of them is the pod talking to itself. ends lets a client end
-	// find its server end.
-	self := map[netip.Addr]bool{}
-	ends := map[[2]netip.AddrPort]bool{}
-	for _, c := range snap.Conns {
-		if a := c.Local.Addr().WithZone("").Unmap(); a.IsValid() && !a.IsUnspecified() {
-			self[a] = true
-		}
-		ends[[2]netip.AddrPort{c.Local, c.Remote}] = true
-	}
-	isSelf := func(a netip.Addr) bool { return a.IsLoopback() || self[a] }
+	found, passiveSeen := w.track(snap.Conns, now)
+	unseen := w.unseenOpens(snap, passiveSeen)
 
-	next := make(map[uint64]seen, len(snap.Conns))
+	if !w.started {
+		w.started, w.start = true, now
+	}
+	w.last = now
+	w.looks++
+
+	w.count(onePerSource(found), unseen, now)
+}
+
+// track replaces the connections remembered with conns, and returns
+// the arrivals they show (on connections new since the previous sample or
+// that grew) and how many passive opens the new ones account for. At the
+// baseline sample nothing has arrived: the connections are remembered, not
+// counted.
+func (w *Watcher) track(conns []Conn, now time.Time) ([]arrival, uint64) {
+	isSelf, ends := localEnds(conns)
+	next := make(map[uint64]seen, len(conns))
 	var found []arrival
 	passiveSeen := uint64(0) // passive opens this sample accounts for
-	for _, c := range snap.Conns {
+	for _, c := range conns {
 		remote := c.Remote.Addr().WithZone("").Unmap()
 		if !remote.IsValid() || remote.IsUnspecified() || c.Remote.Port() == 0 || c.Local.Port() == 0 {
 			// Not connected to anybody (a socket the kernel has
@@ -245,26 +254,44 @@ func (w *Watcher) apply(snap Snapshot, now time.Time) {
 		next[c.Cookie] = s
 	}
 	w.conns = next
+	return found, passiveSeen
+}
 
-	// Connections that opened and vanished between two samples show only
-	// in the counter.
+// localEnds tells the pod's own addresses, those its sockets are bound to
+// (a peer at one of them, or at a loopback address, is the pod talking to
+// itself), and lists every connection's (local, remote) ends, which lets a
+// client end find its server end.
+func localEnds(conns []Conn) (isSelf func(netip.Addr) bool, ends map[[2]netip.AddrPort]bool) {
+	self := map[netip.Addr]bool{}
+	ends = map[[2]netip.AddrPort]bool{}
+	for _, c := range conns {
+		if a := c.Local.Addr().WithZone("").Unmap(); a.IsValid() && !a.IsUnspecified() {
+			self[a] = true
+		}
+		ends[[2]netip.AddrPort{c.Local, c.Remote}] = true
+	}
+	return func(a netip.Addr) bool { return a.IsLoopback() || self[a] }, ends
+}
+
+// unseenOpens is how many connections opened and vanished between the
+// previous sample and snap, which show only in the PassiveOpens counter: its
+// growth past the passiveSeen opens the new connections account for. It
+// remembers the counter for the next sample.
+func (w *Watcher) unseenOpens(snap Snapshot, passiveSeen uint64) uint64 {
 	var unseen uint64
 	ok := snap.PassiveOpensErr == nil
 	if w.started && ok && w.passiveOK && snap.PassiveOpens > w.passive && snap.PassiveOpens-w.passive > passiveSeen {
 		unseen = snap.PassiveOpens - w.passive - passiveSeen
 	}
 	w.passive, w.passiveOK, w.passiveErr = snap.PassiveOpens, ok, snap.PassiveOpensErr
+	return unseen
+}
 
-	if !w.started {
-		w.started, w.start = true, now
-	}
-	w.last = now
-	w.looks++
-
-	// One arrival per source and sample, at the latest time any of its
-	// connections received: the server fits the share of samples that
-	// found data (api.Traffic.Every), which several connections of one
-	// source (a load balancer node's) must not inflate.
+// onePerSource keeps one arrival per source, the latest, in time order: the
+// server fits the share of samples that found data (api.Traffic.Every),
+// which several connections of one source (a load balancer node's) must not
+// inflate. It reuses found's array.
+func onePerSource(found []arrival) []arrival {
 	slices.SortStableFunc(found, func(a, b arrival) int { return a.at.Compare(b.at) })
 	latest := make(map[source]int, len(found))
 	for i, a := range found {
@@ -276,7 +303,12 @@ func (w *Watcher) apply(snap Snapshot, now time.Time) {
 			merged = append(merged, a)
 		}
 	}
-	found = merged
+	return merged
+}
+
+// count adds a sample's arrivals to their sources' records, a source past
+// maxKeys's to Unknown, and the unseen passive opens to Unknown at now.
+func (w *Watcher) count(found []arrival, unseen uint64, now time.Time) {
 	for _, a := range found {
 		r := w.keys[a.src]
 		if r == nil {

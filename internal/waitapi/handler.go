@@ -165,7 +165,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// name or segment count is a 400 naming the mistake, not a 404.
 		h.drain(w, r)
 	default:
-		h.fail(w, http.StatusNotFound, fmt.Sprintf("path %s is not served here: the wait API is GET %s{namespace}/pods/{name}%s", quote(path), drainPrefix, drainSuffix), nil, true)
+		h.fail(w, http.StatusNotFound, fmt.Sprintf("path %s is not served here: the wait API is GET %s{namespace}/pods/{name}%s", api.Quote(path, maxQuoted), drainPrefix, drainSuffix), nil, true)
 	}
 }
 
@@ -174,7 +174,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) probe(w http.ResponseWriter, r *http.Request, check func() error) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		h.fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: probes answer GET and HEAD only", quote(r.Method)), nil, false)
+		h.fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: probes answer GET and HEAD only", api.Quote(r.Method, maxQuoted)), nil, false)
 		return
 	}
 	if check != nil {
@@ -226,7 +226,7 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.Is(err, ErrForbidden):
 		h.metrics.outcome(OutcomeForbidden)
-		h.fail(w, http.StatusForbidden, fmt.Sprintf("not answering %s about pod %s/%s: %s", remote, req.Namespace, req.Pod, truncate(api.OneLine(err.Error()), 300)), nil, true)
+		h.fail(w, http.StatusForbidden, fmt.Sprintf("not answering %s about pod %s/%s: %s", remote, req.Namespace, req.Pod, api.Truncate(api.OneLine(err.Error()), 300)), nil, true)
 		return
 	case errors.Is(err, ErrUIDMismatch):
 		h.metrics.outcome(OutcomeUIDMismatch)
@@ -241,7 +241,7 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.metrics.outcome(OutcomeError)
 		w.Header().Set("Retry-After", "1")
-		h.fail(w, http.StatusServiceUnavailable, fmt.Sprintf("the gate server cannot answer for pod %s/%s now: %s; ask again", req.Namespace, req.Pod, truncate(api.OneLine(err.Error()), 300)), nil, true)
+		h.fail(w, http.StatusServiceUnavailable, fmt.Sprintf("the gate server cannot answer for pod %s/%s now: %s; ask again", req.Namespace, req.Pod, api.Truncate(api.OneLine(err.Error()), 300)), nil, true)
 		return
 	}
 	if v.Namespace == "" && v.Pod == "" {
@@ -430,18 +430,6 @@ func (h *handler) write(w http.ResponseWriter, status int, body any, count bool)
 	}
 }
 
-// quote quotes a caller's input for a message, cut short.
-func quote(s string) string {
-	const max = 80
-	if len(s) > max {
-		return fmt.Sprintf("%q…", s[:max])
-	}
-	return fmt.Sprintf("%q", s)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// maxQuoted bounds a caller's input quoted in a message, so a huge path
+// cannot flood a log line or a response body.
+const maxQuoted = 80
