@@ -14,6 +14,12 @@
 // state, so that it explains itself (design rule 5). The gate knows no
 // route kind: each source says what its owner's word means.
 //
+// The pod's own traffic, as its agent last reported it (Pod.Traffic), can
+// end a tail early or keep a route open past it: the gate reads it once
+// per step (evidence.Read) and has every route that weighs traffic judged
+// on it (evidence.Judge); internal/evidence holds the statistics and the
+// closing rules, the gate what follows from them.
+//
 // What it must never do: release a pod early because something failed
 // (design rule 1). A route whose source has not synced yet is open; a route
 // whose last read failed keeps its last observed state and never closes
@@ -22,5 +28,6 @@
 // no source reports is open. Errors lengthen the wait, up to the deadline,
 // and nothing else.
 //
-// The package imports only the standard library and the wire types in api.
+// The package imports only the standard library, the wire types in api and
+// internal/evidence.
 package gate

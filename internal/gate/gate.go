@@ -3,11 +3,13 @@ package gate
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/evidence"
 )
 
 // Pod is what the gate knows about the pod it decides for.
@@ -19,9 +21,33 @@ type Pod struct {
 	// deletionTimestamp less the app's shutdown reserve. Zero means no
 	// deadline.
 	Deadline time.Time
-	// Evidence is the pod's latest traffic evidence from its agent; nil
-	// when it sent none.
-	Evidence *Evidence
+	// Traffic is what the pod's agent last reported of its inbound
+	// traffic; nil when it sent none.
+	Traffic *Traffic
+}
+
+// Traffic is an agent's traffic summary as the server received it. Step
+// reads it as evidence (evidence.Read) once per decision, and the routes
+// that weigh traffic are judged on it (evidence.Judge).
+type Traffic struct {
+	// Summary is the agent's own, its times ages at At, when the server
+	// received it: silence is known only up to then.
+	Summary *api.Traffic
+	At      time.Time
+	// Node are the pod's node's addresses: traffic from them (probes) is
+	// never a route's.
+	Node []netip.Addr
+	// Epsilon is the chance of a false quiet accepted per route and source
+	// (evidence.DefaultEpsilon when zero).
+	Epsilon float64
+}
+
+// evidence is the traffic read as evidence (nil without a summary).
+func (t *Traffic) evidence() *evidence.Evidence {
+	if t == nil || t.Summary == nil {
+		return nil
+	}
+	return evidence.Read(t.Summary, t.At, t.Node, t.Epsilon)
 }
 
 // RouteKey names one route: its source's kind and the owner's name.
@@ -98,6 +124,15 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 		v.Waited = api.Duration(now.Sub(next.TerminatingSince))
 	}
 
+	judged := judge(now, prev, next, obs, pod.Traffic.evidence())
+	conclude(&v, now, pod, judged)
+	return v, next
+}
+
+// judge assesses every observation once, recording in next what the gate
+// keeps of each route (when its owner took the pod out, its ports), and
+// every remembered route that no observation reported.
+func judge(now time.Time, prev, next Memory, obs []Observation, ev *evidence.Evidence) map[RouteKey]Assessment {
 	judged := map[RouteKey]Assessment{}
 	for _, o := range obs {
 		k := RouteKey{o.Kind, o.Name}
@@ -116,7 +151,7 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 			o.Ports = m.Ports
 		}
 		next.Routes[k] = m
-		judged[k] = Assess(now, o, m.OutSince, pod.Evidence)
+		judged[k] = Assess(now, o, m.OutSince, ev)
 	}
 	for k, m := range prev.Routes {
 		if _, ok := judged[k]; !ok {
@@ -124,7 +159,12 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 			judged[k] = notObserved(k, m)
 		}
 	}
+	return judged
+}
 
+// conclude lists the judged routes in v and says whether, and why, the pod
+// is released.
+func conclude(v *api.Verdict, now time.Time, pod Pod, judged map[RouteKey]Assessment) {
 	var open []api.Route
 	counted, ignored := 0, 0
 	for _, k := range slices.SortedFunc(maps.Keys(judged), compareKeys) {
@@ -146,7 +186,7 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 		v.Released, v.Reason = true, api.ReasonNoRoutes
 		v.Message = "released: no route holds the pod"
 		if ignored > 0 {
-			v.Message += fmt.Sprintf(" (%s never held it)", countNoun(ignored, "route"))
+			v.Message += fmt.Sprintf(" (%s never held it)", api.CountNoun(ignored, "route"))
 		}
 	case len(open) == 0:
 		v.Released, v.Reason = true, api.ReasonDrained
@@ -164,11 +204,10 @@ func Step(now time.Time, pod Pod, prev Memory, obs []Observation) (api.Verdict, 
 	case !pod.Deadline.IsZero() && !now.Before(pod.Deadline):
 		v.Released, v.Reason = true, api.ReasonDeadline
 		v.Message = fmt.Sprintf("released at the deadline %s with %s of %d still open: %s",
-			stamp(pod.Deadline), countNoun(len(open), "route"), counted, list(open))
+			api.Stamp(pod.Deadline), api.CountNoun(len(open), "route"), counted, list(open))
 	default:
-		v.Message = fmt.Sprintf("waiting for %s of %d: %s", countNoun(len(open), "route"), counted, list(open))
+		v.Message = fmt.Sprintf("waiting for %s of %d: %s", api.CountNoun(len(open), "route"), counted, list(open))
 	}
-	return v, next
 }
 
 // NextChange is the next time after now at which the verdict for pod can
@@ -212,16 +251,4 @@ func list(rs []api.Route) string {
 		s[i] = r.String()
 	}
 	return strings.Join(s, ", ")
-}
-
-func countNoun(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// stamp formats a time for detail sentences: UTC, to the millisecond.
-func stamp(t time.Time) string {
-	return t.UTC().Format("15:04:05.000Z07:00")
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/evidence"
 )
 
 // Observation is one route of one pod as its source sees it now: the
@@ -45,9 +46,9 @@ type Observation struct {
 	Tail     time.Duration
 	TailName string
 
-	// WeighTraffic says the pod's traffic evidence (Pod.Evidence) applies:
+	// WeighTraffic says the pod's traffic evidence (Pod.Traffic) applies:
 	// remote sources on Ports shorten or lengthen the tail (a target
-	// group's route). Ports are the pod's own ports the route's traffic
+	// group's route; see internal/evidence). Ports are the pod's own ports the route's traffic
 	// arrives on (a target group's target ports); empty, every port counts
 	// (a target no longer listed, seen by no earlier observation), which
 	// can only lengthen a wait. Without WeighTraffic the tail alone decides.
@@ -105,12 +106,10 @@ type Assessment struct {
 // (nil: none).
 //
 // Evidence policy: it never closes a route whose owner still routes to the
-// pod. Once the owner took the pod out, a route with Ports and remote
-// sources on them closes when every source has gone quiet (see
-// judgeTraffic): before the tail's end only if every source sent enough
-// to fit a rate, and past it for as long as a source keeps sending. Quiet
-// is known only up to Evidence.At: a route whose sources' quiet ends after
-// the evidence stays open until the agent reports again.
+// pod. Once the owner took the pod out, a route that weighs traffic closes
+// when the evidence says (evidence.Judge: every source quiet; before the
+// tail's end only if every source sent enough to fit a rate, past it for
+// as long as a source keeps sending); without evidence, at its tail's end.
 //
 // Error policy (design rule 1): with Err set, the route keeps the phase its
 // last good read gives it, except that it never becomes closed. A route
@@ -121,102 +120,54 @@ type Assessment struct {
 // after the tail closes the route at once. Closing on a stale observation
 // would release on the strength of a read the gate could not repeat: errors
 // may lengthen a wait up to the deadline and never shorten one.
-func Assess(now time.Time, o Observation, outSince time.Time, ev *Evidence) Assessment {
+func Assess(now time.Time, o Observation, outSince time.Time, ev *evidence.Evidence) Assessment {
 	r := api.Route{Kind: o.Kind, Name: o.Name}
 	switch {
 	case !o.Synced:
 		r.State = StateNotSynced
-		r.Detail = "the source has not delivered a complete observation yet, so the route counts as open" + errSuffix(o.Err)
+		r.Detail = "the source has not delivered a complete observation yet, so the route counts as open" + api.LastReadFailed(o.Err)
 		return Assessment{Phase: PhaseUnknown, Route: r}
 	case o.NotRoute:
 		r.State = StateIgnored
-		r.Detail = o.What + errSuffix(o.Err)
+		r.Detail = o.What + api.LastReadFailed(o.Err)
 		return Assessment{Phase: PhaseIgnored, Route: r}
 	}
 	r.State = o.State
 	if !o.Out {
-		r.Detail = o.What + errSuffix(o.Err)
+		r.Detail = o.What + api.LastReadFailed(o.Err)
 		return Assessment{Phase: PhaseIn, Route: r}
 	}
 	if outSince.IsZero() {
-		r.Detail = o.What + "; when it went out is not recorded yet, so its tail has not started" + errSuffix(o.Err)
+		r.Detail = o.What + "; when it went out is not recorded yet, so its tail has not started" + api.LastReadFailed(o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
 	tail := max(o.Tail, 0)
 	end := outSince.Add(tail)
 	r.Since, r.TailEnds = outSince, &end
-	if j, ok := judgeTraffic(ev, o.WeighTraffic, o.Ports, outSince, tail); ok {
-		return assessTraffic(now, o, r, j, ev.Epsilon)
+	if o.WeighTraffic {
+		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, What: o.What, Err: o.Err})
+		if ok {
+			r.Detail, r.QuietBy, r.AskBy = c.Detail, c.QuietBy, c.AskBy
+			if !c.Closed {
+				return Assessment{Phase: PhaseOut, Route: r}
+			}
+			r.State, r.ClosedBy = StateClosed, c.ClosedBy
+			return Assessment{Phase: PhaseClosed, Route: r, Why: c.Why}
+		}
 	}
 	switch {
 	case now.Before(end):
-		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", o.What, stamp(outSince), o.TailName, tail, stamp(end)) +
-			errSuffix(o.Err)
+		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end)) +
+			api.LastReadFailed(o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	case o.Err != nil:
 		r.Detail = fmt.Sprintf("%s since %s and the %s tail (%s) ended at %s, but the last read failed (%v): "+
-			"open until a successful read confirms the pod is still out", o.What, stamp(outSince), o.TailName, tail, stamp(end), o.Err)
+			"open until a successful read confirms the pod is still out", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end), o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
 	r.State, r.ClosedBy = StateClosed, api.ClosedByTail
-	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, stamp(outSince), o.TailName, tail, stamp(end))
+	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end))
 	return Assessment{Phase: PhaseClosed, Route: r, Why: fmt.Sprintf("its %s tail (%s)", o.TailName, tail)}
-}
-
-// assessTraffic is Assess for an out route whose traffic evidence weighs:
-// r has Since and TailEnds set.
-func assessTraffic(now time.Time, o Observation, r api.Route, j quietJudgement, eps float64) Assessment {
-	end := *r.TailEnds
-	what := fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s; the pod's traffic: %s",
-		o.What, stamp(r.Since), o.TailName, max(o.Tail, 0), stamp(end), j.describe(eps))
-	if o.Err == nil {
-		at := j.closeAt
-		r.QuietBy = &at
-		if ask := j.evidenceAt.Add(EvidenceRefresh); ask.Before(at) && now.Before(at) {
-			r.AskBy = &ask
-		}
-	}
-	switch {
-	case now.Before(j.closeAt):
-		r.Detail = what + fmt.Sprintf(": closes at %s if nothing arrives before", stamp(j.closeAt))
-		if j.lengthened != "" {
-			r.Detail += " (" + j.lengthened + ")"
-		}
-		r.Detail += errSuffix(o.Err)
-		return Assessment{Phase: PhaseOut, Route: r}
-	case !j.fresh:
-		r.Detail = what + fmt.Sprintf(": quiet from %s if the agent's next report shows nothing new", stamp(j.closeAt)) + errSuffix(o.Err)
-		return Assessment{Phase: PhaseOut, Route: r}
-	case o.Err != nil:
-		r.Detail = what + fmt.Sprintf(": quiet since %s, but the last read failed (%v): "+
-			"open until a successful read confirms the pod is still out", stamp(j.closeAt), o.Err)
-		return Assessment{Phase: PhaseOut, Route: r}
-	}
-	r.State, r.ClosedBy = StateClosed, api.ClosedByTraffic
-	quiet := fmt.Sprintf("quiet %s after %d arrivals from %s (%d fitted at %s, bound %s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
-		j.arrived, countNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond))
-	var why string
-	switch {
-	case j.closeAt.Before(end):
-		r.Detail = what + fmt.Sprintf(": every source quiet at %s, %s before the tail's end", stamp(j.closeAt), end.Sub(j.closeAt).Round(time.Millisecond))
-		why = fmt.Sprintf("%s, %s before its tail's end", quiet, end.Sub(now).Round(100*time.Millisecond))
-	case j.closeAt.After(end):
-		r.Detail = what + fmt.Sprintf(": open past the tail's end until %s, as %s", stamp(j.closeAt), j.lengthened)
-		why = fmt.Sprintf("%s, %s past its tail's end", quiet, now.Sub(end).Round(100*time.Millisecond))
-	case j.sources == 0:
-		r.ClosedBy = api.ClosedByTail
-		r.Detail = what + ": closed at the tail's end, nothing having arrived on its ports"
-		why = fmt.Sprintf("its %s tail (%s; no traffic on its ports)", o.TailName, max(o.Tail, 0))
-	case j.unknownBlocked:
-		r.ClosedBy = api.ClosedByTail
-		r.Detail = what + ": closed at the tail's end (as many arrivals of unknown source as attributed ones: the evidence does not shorten the tail)"
-		why = fmt.Sprintf("its %s tail (%s; too many arrivals of unknown source)", o.TailName, max(o.Tail, 0))
-	default:
-		r.ClosedBy = api.ClosedByTail
-		r.Detail = what + ": closed at the tail's end (a source too sparse to fit a rate gives no evidence)"
-		why = fmt.Sprintf("its %s tail (%s; a source too sparse to fit a rate)", o.TailName, max(o.Tail, 0))
-	}
-	return Assessment{Phase: PhaseClosed, Route: r, Why: why + j.nodeNote()}
 }
 
 // notObserved is the assessment of a remembered route that no source
@@ -229,11 +180,4 @@ func notObserved(key RouteKey, m RouteMemory) Assessment {
 		r.Since = m.OutSince
 	}
 	return Assessment{Phase: PhaseUnknown, Route: r}
-}
-
-func errSuffix(err error) string {
-	if err == nil {
-		return ""
-	}
-	return fmt.Sprintf("; the last read failed (%v), so this is the last good observation", err)
 }

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/chart"
+	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/lab/report"
 )
@@ -184,7 +186,8 @@ func TestDraingateTailTurnsEvidenceOff(t *testing.T) {
 
 // TestTargetGroupCloses reads what closed the target group routes from the
 // gate's release message as the agent logs it; the phrases are the gate's
-// own (gate.Assessment.Why), so this also pins them.
+// own (evidence.Closing.Why, as gate.Assessment.Why carries it), so this
+// also pins them.
 func TestTargetGroupCloses(t *testing.T) {
 	line := "draingate-prestop: released after 9.6s: drained (routes: endpointslice/lab/web closed, targetgroup/arn:a closed, targetgroup/arn:b closed): " +
 		"released: all 3 routes closed (endpointslice/lab/web by its EndpointSlice tail (5s); " +
@@ -203,7 +206,7 @@ func TestTargetGroupCloses(t *testing.T) {
 // when traffic evidence closes a route parses.
 func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var arr gate.Arrivals
+	var arr evidence.Arrivals
 	for i := range 40 {
 		at := t0.Add(time.Duration(i) * 300 * time.Millisecond)
 		if i == 0 {
@@ -214,12 +217,18 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 		arr.MaxGap = 300 * time.Millisecond
 	}
 	now := t0.Add(time.Minute)
-	ev := &gate.Evidence{At: now, Sources: []gate.Source{{Addr: netip.MustParseAddr("10.245.0.11"), Port: 8080, Class: gate.ClassRemote, Arrivals: arr},
-		{Addr: netip.MustParseAddr("10.244.0.1"), Port: 8080, Class: gate.ClassNode, Arrivals: arr}}}
+	src := api.SourceTraffic{Arrivals: arr.N, First: now.Sub(arr.First), MaxGap: arr.MaxGap}
+	for _, l := range arr.Last {
+		src.Last = append(src.Last, now.Sub(l))
+	}
+	remote, node := src, src
+	remote.Addr, remote.Port = netip.MustParseAddr("10.245.0.11"), 8080
+	node.Addr, node.Port = netip.MustParseAddr("10.244.0.1"), 8080
+	tr := &gate.Traffic{Summary: &api.Traffic{Sources: []api.SourceTraffic{remote, node}}, At: now, Node: []netip.Addr{node.Addr}}
 	o := gate.Observation{Kind: "targetgroup", Name: "arn:a", Synced: true, Out: true, State: "draining", What: "draining",
 		Tail: 5 * time.Minute, TailName: "NLB", WeighTraffic: true, Ports: []uint16{8080}}
 	mem := gate.Memory{TerminatingSince: t0, Routes: map[gate.RouteKey]gate.RouteMemory{{Kind: "targetgroup", Name: "arn:a"}: {OutSince: t0.Add(5 * time.Second)}}}
-	v, _ := gate.Step(now, gate.Pod{Name: "p", Terminating: true, Evidence: ev}, mem, []gate.Observation{o})
+	v, _ := gate.Step(now, gate.Pod{Name: "p", Terminating: true, Traffic: tr}, mem, []gate.Observation{o})
 	if !v.Released {
 		t.Fatalf("not released: %s", v.Message)
 	}

@@ -1,14 +1,43 @@
-// Package route is what a source of routes implements: it observes the
-// routes of one terminating pod and hands the gate one gate.Observation per
-// route. Each kind of route is a folder below this one (endpointslice,
-// targetgroup); adding a kind is adding a folder and listing its Source in
-// server.New, with no edit to the gate.
+// Package route is what a kind of route implements: the ways traffic can
+// still reach a terminating pod. Each kind is a folder below this one
+// (endpointslice, targetgroup) and owns everything about itself: its flags
+// and tail defaults, the objects it caches and how it slims them, its
+// informers and background work, its metrics, what it adds to a new pod's
+// max-wait at admission, and one gate.Observation per route of a
+// terminating pod. The gate (internal/gate) judges the observations and
+// knows no kind; the server (internal/server) lists the kinds in one file
+// and otherwise only loops over them.
+//
+// Adding a kind (a GKE NEG, say):
+//
+//  1. Make a folder internal/route/<kind> with a type implementing Kind
+//     (its flags, their validation, its tails, Open) and one implementing
+//     Source (Transform, Start, Ready, Observe, Forget, AdmissionWait,
+//     Close). Source.Kind names the routes in verdicts.
+//  2. Add one line to the list in internal/server/kinds.go.
+//  3. If it needs to know something another kind knows (which Services
+//     list a pod, say), find it at Start among Host.Sources through a small
+//     interface of this package (ServiceLister), never another kind's
+//     concrete type; a kind package imports no other kind package.
+//  4. Write down the facts its tail rests on, with their sources, in
+//     docs/facts.md.
+//
+// Rules every kind keeps (design rule 1): an error or a source that has
+// not synced never makes a route look closed (Observe fails, or reports
+// the route not synced); a route stays a route after its owner drops the
+// pod (Observe reports every name in known); missing data may lengthen a
+// wait, never shorten one.
 package route
 
 import (
 	"context"
+	"flag"
+	"log/slog"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,21 +45,73 @@ import (
 	"draingate.dev/draingate/internal/gate"
 )
 
+// Kind is one kind of route as the server configures it, before it runs:
+// its flags, then the Source it opens. The server calls Flags, parses the
+// command line, calls Validate, then Open once.
+type Kind interface {
+	// Name names the kind, as its Source's routes carry it.
+	Name() string
+	// Flags registers the kind's flags on fs, with their defaults. Each
+	// also reads DRAINGATE_<FLAG> (internal/cli).
+	Flags(fs *flag.FlagSet)
+	// Validate checks the flags' values; each error names its flag.
+	Validate() error
+	// Tails are the kind's propagation tails as configured, for the
+	// server's start-up line and its check that not every tail is zero.
+	Tails() []Tail
+	// Open makes the kind's Source, or returns nil when the flags turn
+	// the kind off. It makes no call to the cluster or a cloud: Start does.
+	Open(ctx context.Context, env Env) (Source, error)
+}
+
+// Tail is one configured propagation tail: how long a route's consumers
+// may still send after its owner took the pod out.
+type Tail struct {
+	// Name is short ("alb"); Flag is the flag that sets it.
+	Name, Flag string
+	Value      time.Duration
+}
+
+// Env is what the server hands a kind when opening it.
+type Env struct {
+	// Kube reads the cluster live (discovery, reads a cache would not
+	// hold); a kind caches what it watches through Host.Cache.
+	Kube kubernetes.Interface
+	// Registry takes the kind's own metrics.
+	Registry prometheus.Registerer
+	// Log receives what an operator should know.
+	Log *slog.Logger
+}
+
+// Host is what the server offers a source when starting it.
+type Host struct {
+	// Cache is the server's shared informer cache; the source registers
+	// its informers and indexes on it. Its objects went through the
+	// source's Transform.
+	Cache cache.Cache
+	// Changed is told whenever the routes of pods may have changed:
+	// namespace "" means every pod, name "" every pod of the namespace. It
+	// must not be called with any lock held that Observe takes.
+	Changed func(namespace, name string)
+	// Sources are every kind's sources, this one included: what one kind
+	// needs of another it finds here through a small interface (see
+	// Peer).
+	Sources []Source
+}
+
 // Source observes the routes of one kind for terminating pods. The cache
 // calls Transform for every object it stores; the server calls Start once,
-// then Ready, Observe and Forget, those three under its own lock.
+// then Ready, Observe and Forget, those three under its own lock, and
+// Close at shutdown; the injection webhook calls AdmissionWait.
 type Source interface {
 	// Kind names the source's routes (api.Route.Kind).
 	Kind() string
 	// Transform slims an object of one of the source's own types before it
 	// enters the shared cache; ok is false for any other object.
 	Transform(obj any) (out any, ok bool)
-	// Start registers the source's informers and indexes on c and starts
-	// its background work, until ctx ends. It calls changed whenever the
-	// routes of pods may have changed: namespace "" means every pod, name
-	// "" every pod of the namespace. changed must not be called with any
-	// lock held that Observe takes.
-	Start(ctx context.Context, c cache.Cache, changed func(namespace, name string)) error
+	// Start registers the source's informers and indexes on h.Cache and
+	// starts its background work, until ctx ends.
+	Start(ctx context.Context, h Host) error
 	// Ready says why the source cannot observe yet (nil once it can).
 	Ready() error
 	// Observe returns one observation for every route of the pod, at least
@@ -44,6 +125,41 @@ type Source interface {
 	// agent stopped asking, or the pod is gone): it may stop work done for
 	// it. A later Observe with waiting starts it again.
 	Forget(pod PodKey)
+	// AdmissionWait is how much longer than the configured max-wait a pod
+	// being created may need on this kind's routes (zero: no longer), and
+	// why, naming the route, for the log. The webhook sizes the pod's
+	// max-wait and grace period with the longest of every kind's; an error
+	// leaves the default, so a lookup never fails an admission.
+	AdmissionWait(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
+	// Close stops the source's background work; the server calls it once,
+	// at shutdown.
+	Close()
+}
+
+// ServiceLister is what a source that follows Services' endpoints
+// (endpointslice) offers other kinds: which Services list a pod, and how.
+type ServiceLister interface {
+	// ServiceEndpoints returns the pod's endpoint in each Service of its
+	// namespace whose slices list it, by the Service's name.
+	ServiceEndpoints(ctx context.Context, pod *corev1.Pod) (map[string]Endpoint, error)
+}
+
+// Endpoint is a pod's endpoint in one Service: the most "in" one where
+// several slices list the pod (dual stack).
+type Endpoint struct {
+	Ready, Serving, Terminating bool
+}
+
+// Peer returns the first of sources that implements T (a small interface
+// of this package), and whether there is one.
+func Peer[T any](sources []Source) (T, bool) {
+	for _, s := range sources {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+	}
+	var zero T
+	return zero, false
 }
 
 // PodKey names one pod incarnation.

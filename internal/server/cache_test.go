@@ -1,21 +1,34 @@
 package server
 
 import (
+	"context"
+	"log/slog"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"draingate.dev/draingate/internal/route"
-	"draingate.dev/draingate/internal/route/endpointslice"
 )
 
 // The server's one transform slims pods and namespaces itself and hands
 // every other object to the source that owns its type (each source tests
 // its own transform).
 func TestTransformKeepsWhatTheGateReads(t *testing.T) {
-	tr := transform([]route.Source{endpointslice.New(0)})
+	// Every kind's source, opened with no cluster (none starts).
+	var sources []route.Source
+	for _, k := range routeKinds(t, "--aws-region=us-east-1") {
+		src, err := k.Open(context.Background(), route.Env{Registry: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(src.Close)
+		sources = append(sources, src)
+	}
+	tr := transform(sources)
 	now := metav1.Now()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1", DeletionTimestamp: &now,

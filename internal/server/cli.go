@@ -14,9 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,11 +22,11 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/cli"
-	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
+	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/version"
 )
 
@@ -37,16 +34,13 @@ import (
 // (see envflag); a flag on the command line wins.
 type serveFlags struct {
 	kubeconfig, listen, metricsListen string
-	region, endpoint                  string
-	targetGroups                      bool
-	rate                              float64
-	burst                             int
-	pollInterval, maxWait, reserve    time.Duration
-	tailSlice, tailALB, tailNLB       time.Duration
+	maxWait, reserve                  time.Duration
 	logFormat                         string
 	trafficEvidence, profiling        bool
 	trafficEpsilon                    float64
 	waitAPISources                    string
+	// routes are the kinds of route, each with its own flags.
+	routes []route.Kind
 
 	webhookListen, webhookConfig, webhookSecret         string
 	webhookService, webhookNamespace                    string
@@ -57,27 +51,21 @@ type serveFlags struct {
 	injectPullSecrets                                   string
 }
 
-func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
+// newServeFlagSet registers the server's own flags and every kind of
+// route's on one flag set.
+func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("draingate serve", flag.ContinueOnError)
 	fs.SetOutput(out)
-	d := DefaultTails()
+	f.routes = routes
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, else the in-cluster ServiceAccount")
 	fs.StringVar(&f.listen, "listen", ":8080", "address of the wait API, /healthz and /readyz")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address of /metrics; empty: no metrics listener")
-	fs.BoolVar(&f.targetGroups, "target-groups", true, "wait for AWS target groups (TargetGroupBindings); false: EndpointSlices only, no AWS calls")
-	fs.StringVar(&f.region, "aws-region", "", "AWS region of the target groups; empty: $AWS_REGION or the SDK's shared config")
-	fs.StringVar(&f.endpoint, "elbv2-endpoint", "", "ELBv2 API endpoint URL override (a VPC endpoint, or an emulator)")
-	fs.Float64Var(&f.rate, "aws-rate", 2, "ELBv2 calls per second this replica may make, retries included. "+
-		"Every replica has its own budget, so N replicas may make N times this: set it to the total you grant draingate divided by the replicas. "+
-		"Keep the total well under the account's 10/s Describe refill, which the AWS Load Balancer Controller needs too")
-	fs.IntVar(&f.burst, "aws-burst", 5, "ELBv2 calls this replica may make at once (the budget's bucket size)")
-	fs.DurationVar(&f.pollInterval, "poll-interval", 2*time.Second, "least time between two polls of one target group")
-	fs.DurationVar(&f.tailSlice, "tail-endpointslice", d.EndpointSlice, "how long after an EndpointSlice drops the pod kube-proxy, ingress controllers and meshes may still send to it")
-	fs.DurationVar(&f.tailALB, "tail-alb", d.ALB, "how long after its target is draining an Application Load Balancer may still send new requests")
-	fs.DurationVar(&f.tailNLB, "tail-nlb", d.NLB, "how long after its target is draining a Network Load Balancer (or one of unknown type) may still open connections")
+	for _, k := range routes {
+		k.Flags(fs)
+	}
 	fs.BoolVar(&f.trafficEvidence, "traffic-evidence", true, "weigh the traffic the agents see arriving at their pods: a target group route closes once every load balancer source has gone quiet (before its tail when all of them sent enough to fit a rate, after it while one still sends); false: tails alone")
 	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from; others get 403) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
-	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", gate.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
+	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", evidence.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -102,21 +90,19 @@ func newServeFlagSet(f *serveFlags, out io.Writer) *flag.FlagSet {
 }
 
 func (f *serveFlags) validate() error {
-	errs := []error{
-		cli.Positive("--poll-interval", f.pollInterval), cli.Positive("--max-wait", f.maxWait),
-		cli.NotNegative("--tail-endpointslice", f.tailSlice), cli.NotNegative("--tail-alb", f.tailALB),
-		cli.NotNegative("--tail-nlb", f.tailNLB), cli.Positive("--shutdown-reserve", f.reserve),
+	errs := []error{cli.Positive("--max-wait", f.maxWait), cli.Positive("--shutdown-reserve", f.reserve)}
+	var tails []string
+	zero := true
+	for _, k := range f.routes {
+		errs = append(errs, k.Validate())
+		for _, t := range k.Tails() {
+			tails = append(tails, "--"+t.Flag)
+			zero = zero && t.Value == 0
+		}
 	}
-	// Options read zero as "the default": say so rather than run with
-	// what the flags did not ask for.
-	if f.tailSlice == 0 && f.tailALB == 0 && f.tailNLB == 0 {
-		errs = append(errs, errors.New("--tail-endpointslice, --tail-alb and --tail-nlb are all zero: every route would close the moment its owner took the pod out, which no load balancer does; give at least one a length (a zero tail is fine for one or two kinds)"))
-	}
-	if f.rate <= 0 || f.rate > 100 {
-		errs = append(errs, fmt.Errorf("--aws-rate must be in (0, 100] calls/s, got %s", strconv.FormatFloat(f.rate, 'g', -1, 64)))
-	}
-	if f.burst < 1 {
-		errs = append(errs, fmt.Errorf("--aws-burst must be at least 1, got %d", f.burst))
+	if zero && len(tails) > 0 {
+		errs = append(errs, fmt.Errorf("%s are all zero: every route would close the moment its owner took the pod out, which no load balancer does; "+
+			"give at least one a length (a zero tail is fine for some kinds)", andList(tails)))
 	}
 	if f.waitAPISources != SourcesPod && f.waitAPISources != SourcesAny {
 		errs = append(errs, fmt.Errorf("--wait-api-sources must be %s or %s, got %q", SourcesPod, SourcesAny, f.waitAPISources))
@@ -170,45 +156,87 @@ const usage = `usage:
 `
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	var f serveFlags
-	fs := newServeFlagSet(&f, stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\n"+cli.Help)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "draingate serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := cli.Apply(fs, getenv); err != nil {
-		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
-		return 2
-	}
-	if err := f.validate(); err != nil {
-		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
-		return 2
+	f, code := parseServe(args, getenv, stderr)
+	if f == nil {
+		return code
 	}
 	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
 	if f.logFormat == "json" {
 		handler = slog.NewJSONHandler(stderr, nil)
 	}
 	log := slog.New(handler)
-
-	kube, err := kubeConfig(f.kubeconfig, getenv)
+	o, err := f.options(getenv, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
 		return 1
 	}
+	routeLibraryLogs(log)
+	s, err := New(o)
+	if err != nil {
+		o.close()
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return 1
+	}
+	gc, apply := gcTarget(getenv)
+	if apply {
+		debug.SetGCPercent(serverGOGC)
+	}
+	var tails []string
+	for _, k := range f.routes {
+		for _, t := range k.Tails() {
+			tails = append(tails, fmt.Sprintf("%s=%s", t.Name, t.Value))
+		}
+	}
+	log.Info("draingate serve starting", "tails", strings.Join(tails, " "),
+		"traffic_evidence", f.trafficEvidence, "traffic_epsilon", f.trafficEpsilon, "gogc", gc)
+	if err := s.Run(ctx); err != nil {
+		log.Error("draingate serve stopped", "err", err)
+		return 1
+	}
+	log.Info("draingate serve stopped")
+	return 0
+}
+
+// parseServe reads serve's command line and environment; on a mistake or
+// -h it says so on stderr and returns no flags and the exit code.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveFlags, int) {
+	f := &serveFlags{}
+	fs := newServeFlagSet(f, Kinds(), stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: draingate serve [flags]\n\n"+cli.Help)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0
+		}
+		return nil, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "draingate serve: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2
+	}
+	if err := cli.Apply(fs, getenv); err != nil {
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return nil, 2
+	}
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
+		return nil, 2
+	}
+	return f, 0
+}
+
+// options are the server's options from the flags: the cluster's config
+// and the listeners opened (closed again on an error).
+func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Options, error) {
+	kube, err := kubeConfig(f.kubeconfig, getenv)
+	if err != nil {
+		return Options{}, err
+	}
 	o := Options{
 		Kube:            kube,
-		Poller:          elbv2.Config{Rate: f.rate, Burst: f.burst, Interval: f.pollInterval},
-		Tails:           Tails{EndpointSlice: f.tailSlice, ALB: f.tailALB, NLB: f.tailNLB},
+		Routes:          f.routes,
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
 		IgnoreTraffic:   !f.trafficEvidence,
@@ -217,54 +245,43 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Profiling:       f.profiling,
 		Log:             log,
 	}
-	if f.targetGroups {
-		client, err := elbv2Client(ctx, f.region, f.endpoint)
-		if err != nil {
-			fmt.Fprintf(stderr, "draingate serve: %v\n", err)
-			return 1
-		}
-		o.ELBv2 = client
-	}
 	if o.Listener, err = net.Listen("tcp", f.listen); err != nil {
-		fmt.Fprintf(stderr, "draingate serve: --listen: %v\n", err)
-		return 1
+		return Options{}, fmt.Errorf("--listen: %v", err)
 	}
 	if f.metricsListen != "" {
 		if o.Metrics, err = net.Listen("tcp", f.metricsListen); err != nil {
-			o.Listener.Close()
-			fmt.Fprintf(stderr, "draingate serve: --metrics-listen: %v\n", err)
-			return 1
+			o.close()
+			return Options{}, fmt.Errorf("--metrics-listen: %v", err)
 		}
 	}
 	if f.webhookListen != "" {
-		if o.Webhook, err = webhookOptions(&f); err != nil {
-			o.Listener.Close()
-			if o.Metrics != nil {
-				o.Metrics.Close()
-			}
-			fmt.Fprintf(stderr, "draingate serve: %v\n", err)
-			return 1
+		if o.Webhook, err = webhookOptions(f); err != nil {
+			o.close()
+			return Options{}, err
 		}
 	}
-	routeLibraryLogs(log)
-	s, err := New(o)
-	if err != nil {
-		fmt.Fprintf(stderr, "draingate serve: %v\n", err)
-		return 1
+	return o, nil
+}
+
+// close closes the listeners the options hold, for a server that will not
+// run.
+func (o Options) close() {
+	for _, ln := range []net.Listener{o.Listener, o.Metrics} {
+		if ln != nil {
+			ln.Close()
+		}
 	}
-	gc, apply := gcTarget(getenv)
-	if apply {
-		debug.SetGCPercent(serverGOGC)
+	if o.Webhook != nil && o.Webhook.Listener != nil {
+		o.Webhook.Listener.Close()
 	}
-	log.Info("draingate serve starting", "target_groups", f.targetGroups, "aws_rate", f.rate, "aws_burst", f.burst,
-		"tails", fmt.Sprintf("endpointslice=%s alb=%s nlb=%s", f.tailSlice, f.tailALB, f.tailNLB),
-		"traffic_evidence", f.trafficEvidence, "traffic_epsilon", f.trafficEpsilon, "gogc", gc)
-	if err := s.Run(ctx); err != nil {
-		log.Error("draingate serve stopped", "err", err)
-		return 1
+}
+
+// andList is "a, b and c".
+func andList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
 	}
-	log.Info("draingate serve stopped")
-	return 0
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // routeLibraryLogs sends controller-runtime's and client-go's (klog's) logs
@@ -293,25 +310,6 @@ func kubeConfig(path string, getenv func(string) string) (*rest.Config, error) {
 		return nil, fmt.Errorf("not running in a pod (%v): give --kubeconfig or set KUBECONFIG", err)
 	}
 	return c, nil
-}
-
-func elbv2Client(ctx context.Context, region, endpoint string) (*elasticloadbalancingv2.Client, error) {
-	var opts []func(*awsconfig.LoadOptions) error
-	if region != "" {
-		opts = append(opts, awsconfig.WithRegion(region))
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("AWS config: %w", err)
-	}
-	if cfg.Region == "" {
-		return nil, errors.New("no AWS region: give --aws-region (or set AWS_REGION), or --target-groups=false to wait for EndpointSlices only")
-	}
-	return elasticloadbalancingv2.NewFromConfig(cfg, func(o *elasticloadbalancingv2.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
-		}
-	}), nil
 }
 
 // serviceAccountNamespace is where the in-cluster ServiceAccount lives.

@@ -13,7 +13,7 @@ import (
 
 func TestServeFlagsFromEnv(t *testing.T) {
 	var f serveFlags
-	fs := newServeFlagSet(&f, &bytes.Buffer{})
+	fs := newServeFlagSet(&f, Kinds(), &bytes.Buffer{})
 	if err := fs.Parse([]string{"--tail-alb=7s"}); err != nil {
 		t.Fatal(err)
 	}
@@ -21,14 +21,15 @@ func TestServeFlagsFromEnv(t *testing.T) {
 	if err := cli.Apply(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if f.tailALB != 7*time.Second {
-		t.Errorf("tail-alb = %s: the command line must win over DRAINGATE_TAIL_ALB", f.tailALB)
+	value := func(name string) string { return fs.Lookup(name).Value.String() }
+	if got := value("tail-alb"); got != (7 * time.Second).String() {
+		t.Errorf("tail-alb = %s: the command line must win over DRAINGATE_TAIL_ALB", got)
 	}
-	if f.rate != 0.5 || f.targetGroups {
-		t.Errorf("rate %v, target-groups %v: want 0.5 and false from the environment", f.rate, f.targetGroups)
+	if rate, tg := value("aws-rate"), value("target-groups"); rate != "0.5" || tg != "false" {
+		t.Errorf("rate %v, target-groups %v: want 0.5 and false from the environment", rate, tg)
 	}
-	if f.tailNLB != 300*time.Second || f.listen != ":8080" {
-		t.Errorf("defaults lost: tail-nlb %s, listen %q", f.tailNLB, f.listen)
+	if got := value("tail-nlb"); got != (300*time.Second).String() || f.listen != ":8080" {
+		t.Errorf("defaults lost: tail-nlb %s, listen %q", got, f.listen)
 	}
 }
 

@@ -1,19 +1,28 @@
 // Package server is `draingate serve`: it watches the cluster and, through
-// the route sources, the AWS target groups of the pods whose preStop agent
-// asks, and answers the wait API with the gate's verdict.
+// every kind of route, the ways traffic still reaches the pods whose
+// preStop agent asks, and answers the wait API with the gate's verdict.
 //
-// One terminating pod, end to end:
+// One terminating pod, end to end, each room entered once:
 //
-//	agent (internal/prestop) long-polls the wait API (internal/waitapi);
-//	the server (pods.Verdict) reads the pod from its cache and asks every route source;
-//	the route sources (internal/route/...) observe its EndpointSlices and target groups,
-//	the AWS poller (internal/aws/elbv2) sharing one DescribeTargetHealth per group;
-//	the gate (gate.Step) decides and returns its memory; the server keeps it, writes Events.
+//	the agent (internal/prestop) watches its pod's traffic (internal/traffic) and asks;
+//	the wait API (internal/waitapi) holds the long-poll and asks the server's Gate;
+//	the server (pods.go) reads the pod from its cache, stamps the ask's traffic summary,
+//	  and has every kind of route observe the pod;
+//	the kinds (internal/route/<kind>) observe its EndpointSlices and target groups,
+//	  the latter through the AWS poller (internal/aws/elbv2, one DescribeTargetHealth per group);
+//	the gate (gate.Step) decides, having the traffic read and judged (internal/evidence);
+//	the server keeps the gate's memory, writes the pod's Events and answers.
 //
-// Files by job: server.go (options, wiring, Run), pods.go (per-pod state:
-// memory, timers, the janitor), waitgate.go (the wait API's Gate),
-// events.go (Events and log lines), cache.go (what the cache keeps),
-// webhook.go (the injection webhook), metrics.go, cli.go.
+// The kinds of route are listed in one file, kinds.go; nothing else here
+// names one. Each brings its flags (cli.go registers them), its cache
+// transform (cache.go asks each), its metrics, its share of a new pod's
+// max-wait (webhook.go takes the longest) and its shutdown.
+//
+// Files by job: server.go (options, wiring, Run), kinds.go (the kinds of
+// route), pods.go (per-pod state along one pod's path: memory, timers, the
+// wait API's Gate, the janitor), events.go (Events and log lines),
+// cache.go (what the cache keeps), webhook.go (the injection webhook),
+// metrics.go, cli.go.
 //
 // What it keeps per terminating pod is gate.Memory (when it was first seen
 // terminating; every route it had, and when each owner took it out) and

@@ -12,10 +12,10 @@ import (
 	"draingate.dev/draingate/internal/waitapi"
 )
 
-// metrics are the server's Prometheus metrics beyond the wait API's own.
+// metrics are the server's Prometheus metrics beyond the wait API's own and
+// each kind of route's (route.Env.Registry).
 type metrics struct {
 	wait    *waitapi.Metrics
-	calls   *prometheus.CounterVec
 	tracked prometheus.Gauge
 	closes  *prometheus.CounterVec
 	saved   prometheus.Counter
@@ -27,10 +27,6 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry) *metrics {
 	m := &metrics{
 		wait: waitapi.NewMetrics(reg),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draingate_elbv2_calls_total",
-			Help: "ELBv2 API calls made by this replica, by action and result (ok, throttled, error). Every call, retries included, comes out of --aws-rate; each throttled one slows this replica's budget down for a while.",
-		}, []string{"action", "result"}),
 		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "draingate_terminating_pods",
 			Help: "Terminating pods the server tracks (whether or not their agent asks).",
@@ -53,13 +49,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Help: "Always 1; its labels say which build runs: version (set at build time, as draingate version prints it) and goversion.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version.Version, runtime.Version()).Set(1)
-	reg.MustRegister(m.calls, m.tracked, m.closes, m.saved, build,
+	reg.MustRegister(m.tracked, m.closes, m.saved, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
-}
-
-func (m *metrics) elbv2Call(action, result string) {
-	m.calls.WithLabelValues(action, result).Inc()
 }
 
 func (m *metrics) setTracked(n int) { m.tracked.Set(float64(n)) }

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/gate"
@@ -46,10 +45,14 @@ type scripted struct {
 	block chan struct{}
 }
 
-func (s *scripted) Kind() string                                                   { return "test" }
-func (s *scripted) Transform(o any) (any, bool)                                    { return o, false }
-func (s *scripted) Ready() error                                                   { return nil }
-func (s *scripted) Start(context.Context, cache.Cache, func(string, string)) error { return nil }
+func (s *scripted) Kind() string                            { return "test" }
+func (s *scripted) Transform(o any) (any, bool)             { return o, false }
+func (s *scripted) Ready() error                            { return nil }
+func (s *scripted) Start(context.Context, route.Host) error { return nil }
+func (s *scripted) Close()                                  {}
+func (s *scripted) AdmissionWait(context.Context, *corev1.Pod) (time.Duration, string, error) {
+	return 0, "", nil
+}
 
 func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
 	if s.block != nil {
@@ -390,47 +393,6 @@ func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
 			t.Fatalf("an ask without evidence: released %v (%v), closed by %q: %s", v.Released, err, v.Routes[0].ClosedBy, v.Message)
 		}
 	})
-}
-
-// TestClassifyFullSummary: a summary at its bound of sources merged the
-// agent's others into Unknown, which then holds sources; below the bound
-// Unknown holds only what no sample saw.
-func TestClassifyFullSummary(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	pod := &corev1.Pod{Status: corev1.PodStatus{HostIP: "10.0.0.9"}}
-	summary := func(n int) *api.Traffic {
-		tr := &api.Traffic{Unknown: api.SourceTraffic{Arrivals: 3, Last: []time.Duration{time.Second}}}
-		for i := range n {
-			tr.Sources = append(tr.Sources, api.SourceTraffic{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Port: 8080, Arrivals: 1, Last: []time.Duration{time.Second}})
-		}
-		return tr
-	}
-	if ev := classify(summary(api.MaxTrafficSources-1), now, pod, 0); ev.UnknownHoldsSources {
-		t.Error("a summary below its bound: Unknown said to hold sources")
-	}
-	if ev := classify(summary(api.MaxTrafficSources), now, pod, 0); !ev.UnknownHoldsSources {
-		t.Error("a summary at its bound: Unknown not said to hold sources")
-	}
-	// The agent's sampling interval applies to its sources, which count
-	// one arrival per look, not to Unknown, which counts every connection
-	// it could not see.
-	tr := summary(2)
-	tr.Every = 100 * time.Millisecond
-	ev := classify(tr, now, pod, 0)
-	if ev.Sources[0].Every != tr.Every || ev.Sources[1].Every != tr.Every || ev.Unknown.Every != 0 {
-		t.Errorf("sampling interval: sources %v and %v, unknown %v; want %v, %v and none", ev.Sources[0].Every, ev.Sources[1].Every, ev.Unknown.Every, tr.Every, tr.Every)
-	}
-	// So do its look counts, which mean something only beside the
-	// interval.
-	tr.Sources[0].Looks, tr.Sources[0].RecentLooks = api.Looks{N: 30, Pauses: 7}, api.Looks{N: 20, Pauses: 4}
-	ev = classify(tr, now, pod, 0)
-	if got := ev.Sources[0]; got.Looks != (gate.Looks{N: 30, Pauses: 7}) || got.RecentLooks != (gate.Looks{N: 20, Pauses: 4}) {
-		t.Errorf("look counts: %+v and %+v, want 30 looks, 7 pauses; 20 recent, 4 paused", got.Looks, got.RecentLooks)
-	}
-	tr.Every = 0
-	if got := classify(tr, now, pod, 0).Sources[0]; got.Looks != (gate.Looks{}) {
-		t.Errorf("look counts without an interval: %+v, want none", got.Looks)
-	}
 }
 
 // A pod that is not terminating (its container restarts after a failed

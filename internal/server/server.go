@@ -27,12 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/route"
-	"draingate.dev/draingate/internal/route/endpointslice"
-	"draingate.dev/draingate/internal/route/targetgroup"
 	"draingate.dev/draingate/internal/waitapi"
 )
 
@@ -40,16 +37,10 @@ import (
 type Options struct {
 	// Kube is the cluster to watch.
 	Kube *rest.Config
-	// ELBv2 reads target health and target groups (an
-	// *elasticloadbalancingv2.Client). Nil turns target-group routes off:
-	// only EndpointSlices are waited for.
-	ELBv2 elbv2.API
-	// Poller sizes the target-health poller (rate budget, interval). Its
-	// Metrics field is set by the server.
-	Poller elbv2.Config
-	// Tails per route kind (DefaultTails when all zero: the command line
-	// refuses all-zero tails rather than have them replaced).
-	Tails Tails
+	// Routes are the kinds of route to wait for, configured (their flags
+	// parsed): Kinds() at their defaults when nil. A kind whose Open
+	// returns no source (target groups turned off) is not waited for.
+	Routes []route.Kind
 	// ShutdownReserve is the part of a pod's grace period left to the app
 	// after a deadline release (default 5 s, also when zero: the command
 	// line refuses zero): the server releases a pod at its
@@ -60,14 +51,11 @@ type Options struct {
 	// Linger is how long a pod counts as waiting after its agent last asked
 	// (default 60 s): its target groups stay polled that long.
 	Linger time.Duration
-	// CRDInterval is how often the server looks for the TargetGroupBinding
-	// CRD while it is absent (default 10 s).
-	CRDInterval time.Duration
 	// IgnoreTraffic turns traffic evidence off: the agents' summaries are
 	// ignored and every route waits for its tail (the lab's draingate-tail).
 	IgnoreTraffic bool
 	// Epsilon is the chance of a false quiet accepted per route and source
-	// (gate.DefaultEpsilon when zero).
+	// (evidence.DefaultEpsilon when zero).
 	Epsilon float64
 	// WaitAPISources says whom the wait API answers about a pod:
 	// SourcesPod (the default) only requests from one of the pod's own
@@ -99,22 +87,6 @@ const (
 	SourcesAny = "any"
 )
 
-// Tails are the propagation tails per route kind: how long the route's
-// consumers may still send new traffic after its owner took the pod out.
-type Tails struct {
-	// EndpointSlice is for kube-proxy, ingress controllers and meshes.
-	EndpointSlice time.Duration
-	// ALB and NLB are for AWS load balancers (NLB also for one of unknown
-	// type).
-	ALB, NLB time.Duration
-}
-
-// DefaultTails are the route sources' own defaults (see docs/facts.md, "Load balancer tails").
-func DefaultTails() Tails {
-	tg := targetgroup.DefaultTails()
-	return Tails{EndpointSlice: endpointslice.DefaultTail, ALB: tg.ALB, NLB: tg.NLB}
-}
-
 // WebhookOptions configure the admission webhook.
 type WebhookOptions struct {
 	// Listener is where it serves (TLS is added by the server).
@@ -126,8 +98,8 @@ type WebhookOptions struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Tails == (Tails{}) {
-		o.Tails = DefaultTails()
+	if o.Routes == nil {
+		o.Routes = Kinds()
 	}
 	o.ShutdownReserve = cmp.Or(o.ShutdownReserve, 5*time.Second)
 	o.MaxWait = cmp.Or(o.MaxWait, waitapi.DefaultMaxWait)
@@ -147,12 +119,8 @@ type Server struct {
 	cache   cache.Cache
 	events  record.EventBroadcaster
 	metrics *metrics
-	poller  *elbv2.Poller       // nil without an ELBv2 client
-	targets *targetgroup.Source // nil without an ELBv2 client
 	sources []route.Source
 	pods    *pods
-	// service reads a Service live (the webhook's max-wait sizing).
-	service func(ctx context.Context, namespace, name string) (*corev1.Service, error)
 }
 
 // New prepares a server: its route sources, cache, clients and metrics.
@@ -167,23 +135,10 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{o: o, log: o.Log, pods: newPods()}
-	s.service = func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
-		return cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-	}
 	s.metrics = newMetrics(o.Registry)
-	slices := endpointslice.New(o.Tails.EndpointSlice)
-	s.sources = []route.Source{slices}
-	if o.ELBv2 != nil {
-		pc := o.Poller
-		pc.Metrics = s.metrics.elbv2Call
-		s.poller = elbv2.New(o.ELBv2, pc)
-		s.targets = targetgroup.New(targetgroup.Config{
-			Poller: s.poller, Slices: slices, Discovery: cs.Discovery(),
-			Tails: targetgroup.Tails{ALB: o.Tails.ALB, NLB: o.Tails.NLB}, CRDInterval: o.CRDInterval, Log: o.Log,
-		})
-		s.sources = append(s.sources, s.targets)
+	if err := s.openRoutes(cs); err != nil {
+		return nil, err
 	}
-
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -196,12 +151,53 @@ func New(o Options) (*Server, error) {
 		DefaultTransform:            transform(s.sources),
 	})
 	if err != nil {
+		s.closeRoutes()
 		return nil, fmt.Errorf("server: cache: %w", err)
 	}
 	s.events = record.NewBroadcaster()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	s.setUpPods(cs, scheme)
+	if w := o.Webhook; w != nil {
+		if w.Certs == nil || w.Listener == nil {
+			s.shutdown()
+			return nil, errors.New("server: the webhook needs a listener and certificates")
+		}
+		w.Certs.Client, w.Certs.Log = cs, o.Log
+		if w.Settings.ImageVolume {
+			w.Settings.ImageVolume = s.imageVolumes(cs)
+		}
+	}
+	return s, nil
+}
 
-	p := s.pods
+// openRoutes opens every configured kind of route; a kind turned off
+// opens no source.
+func (s *Server) openRoutes(cs kubernetes.Interface) error {
+	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log}
+	for _, k := range s.o.Routes {
+		src, err := k.Open(context.Background(), env)
+		if err != nil {
+			s.closeRoutes()
+			return fmt.Errorf("server: %s routes: %w", k.Name(), err)
+		}
+		if src != nil {
+			s.sources = append(s.sources, src)
+		}
+	}
+	return nil
+}
+
+// closeRoutes closes the route sources opened.
+func (s *Server) closeRoutes() {
+	for _, src := range s.sources {
+		src.Close()
+	}
+}
+
+// setUpPods gives the per-pod state its clock, sources, readers, token
+// reviews and Events.
+func (s *Server) setUpPods(cs kubernetes.Interface, scheme *runtime.Scheme) {
+	o, p := s.o, s.pods
 	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
 	p.ignoreTraffic, p.epsilon = o.IgnoreTraffic, o.Epsilon
 	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
@@ -226,17 +222,6 @@ func New(o Options) (*Server, error) {
 	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log, released: s.metrics.released}
 	p.tracked = s.metrics.setTracked
 	p.ready = s.ready
-
-	if w := o.Webhook; w != nil {
-		if w.Certs == nil || w.Listener == nil {
-			return nil, errors.New("server: the webhook needs a listener and certificates")
-		}
-		w.Certs.Client, w.Certs.Log = cs, o.Log
-		if w.Settings.ImageVolume {
-			w.Settings.ImageVolume = s.imageVolumes(cs)
-		}
-	}
-	return s, nil
 }
 
 // Run watches the cluster and serves until ctx ends, then shuts down: the
@@ -258,13 +243,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	host := route.Host{Cache: s.cache, Changed: s.pods.routesChanged, Sources: s.sources}
 	for _, src := range s.sources {
-		if err := src.Start(ctx, s.cache, s.pods.routesChanged); err != nil {
+		if err := src.Start(ctx, host); err != nil {
 			return fmt.Errorf("server: %s routes: %w", src.Kind(), err)
 		}
-	}
-	if s.targets == nil {
-		s.log.Warn("no ELBv2 client: target-group routes are off; only EndpointSlices are waited for")
 	}
 
 	errc := make(chan error, 4) // fatal errors: the cache or a listener failing
@@ -368,14 +351,11 @@ func (h *httpServers) stop() {
 	}
 }
 
+// shutdown stops the per-pod timers, the route sources' work (their
+// polls) and the Events.
 func (s *Server) shutdown() {
 	s.pods.close()
-	if s.targets != nil {
-		s.targets.Close()
-	}
-	if s.poller != nil {
-		s.poller.Close()
-	}
+	s.closeRoutes()
 	s.events.Shutdown()
 }
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,10 +26,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
-	"draingate.dev/draingate/internal/route/targetgroup"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
@@ -40,7 +37,9 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Short tails keep the tests quick; the tests assert orders and states.
-var testTails = Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: 3 * time.Second}
+const testALBTail = 3 * time.Second
+
+var testTails = []string{"--tail-endpointslice=1s", "--tail-alb=3s", "--tail-nlb=3s"}
 
 // fixture is one terminating-to-be pod behind two Services ("a", "b") and
 // one `ip` target group (bound to "a"), with the emulator holding its
@@ -50,7 +49,7 @@ type fixture struct {
 	c      *testenv.Cluster
 	ns     string
 	emu    *elbv2sim.Server
-	elb    *elasticloadbalancingv2.Client
+	emuURL string
 	arn    string
 	pod    *corev1.Pod
 	target elbv2sim.Target
@@ -66,17 +65,22 @@ func newFixture(t *testing.T, ctx context.Context, beforeCRD ...func(*fixture)) 
 	f := &fixture{t: t, c: c, ns: c.Namespace(t)}
 	f.emu = elbv2sim.New(elbv2sim.Config{})
 	t.Cleanup(func() { f.emu.Close() })
-	if _, err := f.emu.Listen("127.0.0.1:0"); err != nil {
+	var err error
+	if f.emuURL, err = f.emu.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	f.elb = f.emu.Client()
+	// The server reaches the emulator as it reaches AWS: the SDK's default
+	// chain, with credentials from the environment (the emulator checks
+	// no signature) and --elbv2-endpoint.
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDELBV2SIM")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "elbv2sim-secret")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	for _, b := range beforeCRD {
 		b(f)
 	}
 	if err := lbc.InstallCRD(ctx, c.Config); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	f.arn, err = f.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
 		Name: "web", LoadBalancerType: elbv2sim.Application, Port: 8080, TargetType: "ip",
 		HealthCheckPath: "/", HealthCheckInterval: 300 * time.Millisecond, DeregistrationDelay: 10 * time.Minute,
@@ -179,9 +183,10 @@ func (f *fixture) serve(ctx context.Context) *running {
 	return f.serveWith(ctx, Options{})
 }
 
-// serveWith starts a server with the fixture's cluster, client and test
-// settings on top of o.
-func (f *fixture) serveWith(ctx context.Context, o Options) *running {
+// serveWith starts a server with the fixture's cluster, the emulator and
+// test settings on top of o; flags configure the kinds of route after the
+// test's own (a later flag wins).
+func (f *fixture) serveWith(ctx context.Context, o Options, flags ...string) *running {
 	t := f.t
 	addr := f.listen
 	if addr == "" {
@@ -192,11 +197,10 @@ func (f *fixture) serveWith(ctx context.Context, o Options) *running {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	o.Kube, o.ELBv2 = f.c.Config, f.elb
-	o.Poller = elbv2.Config{Rate: 20, Burst: 5, Interval: 200 * time.Millisecond}
-	if o.Tails == (Tails{}) {
-		o.Tails = testTails
-	}
+	o.Kube = f.c.Config
+	args := append(slices.Clone(testTails), "--aws-region=us-east-1", "--elbv2-endpoint="+f.emuURL,
+		"--aws-rate=20", "--aws-burst=5", "--poll-interval=200ms")
+	o.Routes = routeKinds(t, append(args, flags...)...)
 	o.Listener, o.Registry = ln, reg
 	if o.WaitAPISources == "" {
 		o.WaitAPISources = SourcesAny // the tests ask from the host, not from the pod
@@ -339,9 +343,9 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 		}
 	}
 	g := m[group]
-	if g.Since.Before(deregistered) || g.TailEnds == nil || g.TailEnds.After(answered) || g.TailEnds.Sub(g.Since) != testTails.ALB {
+	if g.Since.Before(deregistered) || g.TailEnds == nil || g.TailEnds.After(answered) || g.TailEnds.Sub(g.Since) != testALBTail {
 		t.Errorf("target group route went out at %s, tail ends %v, answered %s, deregistered %s: want out after deregistration and the ALB tail (%s) over before the answer",
-			g.Since.Format(time.StampMilli), g.TailEnds, answered.Format(time.StampMilli), deregistered.Format(time.StampMilli), testTails.ALB)
+			g.Since.Format(time.StampMilli), g.TailEnds, answered.Format(time.StampMilli), deregistered.Format(time.StampMilli), testALBTail)
 	}
 	t.Logf("released: %s (waited %s)", v.Message, time.Duration(v.Waited))
 
@@ -599,7 +603,12 @@ func TestTargetGroupCRDAppearsLater(t *testing.T) {
 	var r *running
 	f := newFixture(t, ctx, func(f *fixture) {
 		removeCRD(t, ctx, f.c)
-		r = f.serveWith(ctx, Options{CRDInterval: 300 * time.Millisecond})
+		r = f.serveWith(ctx, Options{})
+	})
+	// The server looks for the CRD every 10 s; it has found it once it
+	// reads the bound group's load balancer type.
+	waitFor(t, ctx, "the CRD found and the binding seen", func() bool {
+		return counter(t, r.reg, "draingate_elbv2_calls_total", map[string]string{"action": "DescribeTargetGroups", "result": "ok"}) >= 1
 	})
 	f.deletePod(ctx)
 	group := "targetgroup " + f.arn
@@ -629,7 +638,7 @@ func removeCRD(t *testing.T, ctx context.Context, c *testenv.Cluster) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the TargetGroupBinding CRD gone", func() bool {
-		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(targetgroup.BindingGVK.GroupVersion().String())
+		_, err := c.Client.Discovery().ServerResourcesForGroupVersion(lbc.GVR.GroupVersion().String())
 		return apierrors.IsNotFound(err)
 	})
 }
@@ -644,21 +653,20 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, ctx)
-	tails := Tails{EndpointSlice: time.Second, ALB: 3 * time.Second, NLB: time.Minute}
-	r := f.serveWith(ctx, Options{Tails: tails})
+	albTail, nlbTail := 3*time.Second, time.Minute
+	r := f.serveWith(ctx, Options{}, "--tail-alb="+albTail.String(), "--tail-nlb="+nlbTail.String())
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
 	// Nothing asks for the group (no webhook call, no pod draining): the
 	// binding's appearance alone has its type read.
 	waitFor(t, ctx, "the group's type read from its binding", func() bool {
-		typ, ok := r.srv.poller.TypeOf(f.arn)
-		return ok && typ == elbv2.TypeApplication
+		return counter(t, r.reg, "draingate_elbv2_calls_total", map[string]string{"action": "DescribeTargetGroups", "result": "ok"}) >= 1
 	})
-	if extra, why, err := r.srv.extraWait(ctx, newPod); err != nil || extra != 0 {
+	if extra, why, err := r.srv.admissionWait(ctx, newPod); err != nil || extra != 0 {
 		t.Errorf("an ALB's pod: extra %s (%q, %v), want none", extra, why, err)
 	}
 	other := newPod.DeepCopy()
 	other.Labels = map[string]string{"app": "other"}
-	if extra, _, err := r.srv.extraWait(ctx, other); err != nil || extra != 0 {
+	if extra, _, err := r.srv.admissionWait(ctx, other); err != nil || extra != 0 {
 		t.Errorf("unselected pod: extra %s (%v), want none", extra, err)
 	}
 
@@ -672,8 +680,8 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the NLB tail for a group of unknown type", func() bool {
-		extra, why, err := r.srv.extraWait(ctx, newPod)
-		return err == nil && extra == tails.NLB-tails.ALB && strings.Contains(why, ghost)
+		extra, why, err := r.srv.admissionWait(ctx, newPod)
+		return err == nil && extra == nlbTail-albTail && strings.Contains(why, ghost)
 	})
 }
 
@@ -761,7 +769,7 @@ func TestSelectorFlipRemembered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, ctx)
-	r := f.serveWith(ctx, Options{Tails: Tails{EndpointSlice: 30 * time.Second, ALB: 3 * time.Second, NLB: 3 * time.Second}})
+	r := f.serveWith(ctx, Options{}, "--tail-endpointslice=30s")
 	svc, err := f.c.Client.CoreV1().Services(f.ns).Get(ctx, "b", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -90,9 +90,7 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 		settings.Version = version.Version
 	}
 	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
-	if s.targets != nil {
-		h.ExtraWait = s.extraWait
-	}
+	h.ExtraWait = s.admissionWait
 	h.LimitRanges = s.limitRanges
 	s.o.Registry.MustRegister(s.metrics.notInjected)
 	rec := s.events.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "draingate-webhook"})
@@ -109,19 +107,25 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	return nil
 }
 
-// extraWait is how much longer than the configured max-wait a new pod's
-// routes may need: its target groups' longest tail beyond the ALB one (an
-// NLB's 300 s against 20 s), so that a pod behind an NLB gets a deadline
-// past the NLB's stated worst case and the same headroom for the
-// controller's lag as a pod behind an ALB.
-func (s *Server) extraWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
+// admissionWait is how much longer than the configured max-wait a new
+// pod's routes may need: the longest any kind of route asks for (an NLB's
+// tail beyond the ALB one), with why, naming the route. A kind's error is
+// returned: the webhook then gives the pod the default.
+func (s *Server) admissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	tail, why, err := s.targets.PodTail(ctx, pod, s.service)
-	if err != nil || tail <= s.o.Tails.ALB {
-		return 0, why, err
+	var longest time.Duration
+	var why string
+	for _, src := range s.sources {
+		extra, w, err := src.AdmissionWait(ctx, pod)
+		if err != nil {
+			return 0, w, fmt.Errorf("%s routes: %w", src.Kind(), err)
+		}
+		if extra > longest {
+			longest, why = extra, w
+		}
 	}
-	return tail - s.o.Tails.ALB, why, nil
+	return longest, why, nil
 }
 
 // namespaceLabels reads a namespace's labels from the cache.

@@ -113,8 +113,9 @@ func (s *Source) Transform(obj any) (any, bool) {
 }
 
 // Start implements route.Source: it indexes slices by address and tells
-// changed the namespace of every slice that changes.
-func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespace, name string)) error {
+// h.Changed the namespace of every slice or Service that changes.
+func (s *Source) Start(ctx context.Context, h route.Host) error {
+	c, changed := h.Cache, h.Changed
 	s.cache = c
 	if err := c.IndexField(ctx, &discoveryv1.EndpointSlice{}, addressIndex, addresses); err != nil {
 		return fmt.Errorf("index EndpointSlices: %w", err)
@@ -161,6 +162,16 @@ func (s *Source) Ready() error {
 // Forget implements route.Source: the source keeps nothing per pod (what
 // endpoints left fades by itself).
 func (s *Source) Forget(route.PodKey) {}
+
+// AdmissionWait implements route.Source: the EndpointSlice tail is within
+// every pod's max-wait.
+func (s *Source) AdmissionWait(context.Context, *corev1.Pod) (time.Duration, string, error) {
+	return 0, "", nil
+}
+
+// Close implements route.Source: the informers stop with the server's
+// context, and nothing else runs.
+func (s *Source) Close() {}
 
 // noteLeft records the endpoints listed in slice o and not in n (nil: the
 // slice is gone) as having left o's route now.
@@ -239,17 +250,33 @@ func (s *Source) leftRecently(pod *corev1.Pod) []string {
 	return out
 }
 
-// Endpoint is the pod's endpoint in one Service's slices.
+// Endpoint is the pod's endpoint in one route's slices.
 type Endpoint struct {
 	// Service is the Service's name ("" for a slice that names none).
 	Service                     string
 	Ready, Serving, Terminating bool
 }
 
-// Endpoints returns the pod's endpoints by route name
+// ServiceEndpoints implements route.ServiceLister: the pod's endpoint in
+// each Service whose slices list it.
+func (s *Source) ServiceEndpoints(ctx context.Context, pod *corev1.Pod) (map[string]route.Endpoint, error) {
+	byRoute, err := s.endpoints(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]route.Endpoint, len(byRoute))
+	for _, e := range byRoute {
+		if e.Service != "" {
+			out[e.Service] = route.Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating}
+		}
+	}
+	return out, nil
+}
+
+// endpoints returns the pod's endpoints by route name
 // ("namespace/service"): the most "in" one where several slices of one
 // Service list the pod (dual stack).
-func (s *Source) Endpoints(ctx context.Context, pod *corev1.Pod) (map[string]Endpoint, error) {
+func (s *Source) endpoints(ctx context.Context, pod *corev1.Pod) (map[string]Endpoint, error) {
 	if s.cache == nil {
 		return nil, errors.New("the EndpointSlice source has not started")
 	}
@@ -281,7 +308,7 @@ func (s *Source) Endpoints(ctx context.Context, pod *corev1.Pod) (map[string]End
 // the pod, per route its endpoint left less than a tail ago, and per route
 // in known (gone once no slice lists the pod).
 func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _ bool) ([]gate.Observation, error) {
-	current, err := s.Endpoints(ctx, pod)
+	current, err := s.endpoints(ctx, pod)
 	if err != nil {
 		return nil, err
 	}

@@ -123,7 +123,7 @@ func (s *Source) watchCRD(ctx context.Context) {
 // version that is not served at all is "not installed", any other error is
 // an error.
 func (s *Source) installed(gv string) (bool, error) {
-	res, err := s.cfg.Discovery.ServerResourcesForGroupVersion(gv)
+	res, err := s.cfg.Kube.Discovery().ServerResourcesForGroupVersion(gv)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}

@@ -26,17 +26,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
-	"draingate.dev/draingate/internal/route/endpointslice"
 )
 
 // Kind is the routes' kind, as api.Route.Kind carries it.
@@ -48,29 +48,28 @@ const StateAbsent = "absent"
 // BindingGVK is the AWS Load Balancer Controller's TargetGroupBinding.
 var BindingGVK = schema.GroupVersionKind{Group: "elbv2.k8s.aws", Version: "v1beta1", Kind: "TargetGroupBinding"}
 
-// Tails are how long a load balancer may still send new traffic after its
-// target went out (see docs/facts.md, "Load balancer tails").
-type Tails struct {
-	// ALB: requests were seen ~17 s after a target showed `draining`.
-	ALB time.Duration
-	// NLB (and a load balancer of unknown type): 180–300 s per AWS
-	// Support.
-	NLB time.Duration
-}
+// The tails' defaults: how long a load balancer may still send new
+// traffic after its target went out (see docs/facts.md, "Load balancer
+// tails").
+const (
+	// DefaultALBTail: requests were seen ~17 s after a target showed
+	// `draining`.
+	DefaultALBTail = 20 * time.Second
+	// DefaultNLBTail, also for a load balancer of unknown type: 180–300 s
+	// per AWS Support.
+	DefaultNLBTail = 300 * time.Second
+)
 
-// DefaultTails are ALB 20 s and NLB 300 s (AWS Support: 180–300 s; docs/facts.md).
-func DefaultTails() Tails { return Tails{ALB: 20 * time.Second, NLB: 300 * time.Second} }
-
-// Config configures a Source.
-type Config struct {
+// Options are what a Source needs.
+type Options struct {
 	// Poller reads target health and load balancer types.
 	Poller *elbv2.Poller
-	// Slices finds the Services that list a pod.
-	Slices *endpointslice.Source
-	// Discovery finds the TargetGroupBinding CRD.
-	Discovery discovery.DiscoveryInterface
-	// Tails per load balancer type.
-	Tails Tails
+	// Kube finds the TargetGroupBinding CRD (discovery) and reads a new
+	// pod's Services live at admission.
+	Kube kubernetes.Interface
+	// ALBTail and NLBTail are the tails per load balancer type (NLB also
+	// for one of unknown type); negative counts as zero.
+	ALBTail, NLBTail time.Duration
 	// CRDInterval is how often to look for the CRD while it is absent
 	// (default 10 s).
 	CRDInterval time.Duration
@@ -80,8 +79,9 @@ type Config struct {
 
 // Source observes target-group routes. Make it with New.
 type Source struct {
-	cfg   Config
-	cache cache.Cache
+	cfg      Options
+	cache    cache.Cache
+	services route.ServiceLister // which Services list a pod (set by Start)
 
 	known  atomic.Bool // discovery said whether the CRD exists
 	on     atomic.Bool // the CRD was found
@@ -91,7 +91,7 @@ type Source struct {
 	waiters map[route.PodKey]map[string]*elbv2.Waiter // pod → ARN → its waiter
 	changed func(namespace, name string)
 	// types are the load balancer types the poller reported, by ARN, kept
-	// for PodTail (a new pod's groups are not polled yet).
+	// for AdmissionWait (a new pod's groups are not polled yet).
 	types map[string]string
 	// routes are the groups seen as each pod's route: one stays a route
 	// once its listing drops the target (its deregistration delay ended)
@@ -100,25 +100,30 @@ type Source struct {
 }
 
 // New returns a source; Start starts it.
-func New(cfg Config) *Source {
-	if cfg.CRDInterval <= 0 {
-		cfg.CRDInterval = 10 * time.Second
+func New(o Options) *Source {
+	if o.CRDInterval <= 0 {
+		o.CRDInterval = 10 * time.Second
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	cfg.Tails.ALB, cfg.Tails.NLB = max(cfg.Tails.ALB, 0), max(cfg.Tails.NLB, 0)
-	return &Source{cfg: cfg, waiters: map[route.PodKey]map[string]*elbv2.Waiter{}, routes: map[route.PodKey]map[string]bool{}}
+	o.ALBTail, o.NLBTail = max(o.ALBTail, 0), max(o.NLBTail, 0)
+	return &Source{cfg: o, waiters: map[route.PodKey]map[string]*elbv2.Waiter{}, routes: map[route.PodKey]map[string]bool{}}
 }
 
 // Kind implements route.Source.
 func (s *Source) Kind() string { return Kind }
 
-// Start implements route.Source: it looks for the CRD in the background
-// until it appears, then starts the bindings' informer.
-func (s *Source) Start(ctx context.Context, c cache.Cache, changed func(namespace, name string)) error {
+// Start implements route.Source: it finds the source that says which
+// Services list a pod, looks for the CRD in the background until it
+// appears, then starts the bindings' informer.
+func (s *Source) Start(ctx context.Context, h route.Host) error {
+	services, ok := route.Peer[route.ServiceLister](h.Sources)
+	if !ok {
+		return errors.New("target-group routes need a route kind that lists Services' endpoints (endpointslice)")
+	}
 	s.mu.Lock()
-	s.cache, s.changed = c, changed
+	s.cache, s.changed, s.services = h.Cache, h.Changed, services
 	s.mu.Unlock()
 	go s.watchCRD(ctx)
 	return nil
@@ -157,7 +162,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 	}
 	served := map[string]bool{} // groups whose Service lists the pod ready or serving
 	if s.synced.Load() {
-		listed, err := s.cfg.Slices.Endpoints(ctx, pod)
+		listed, err := s.services.ServiceEndpoints(ctx, pod)
 		if err != nil {
 			return nil, err
 		}
@@ -175,7 +180,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 			// Listed ready or serving: the controller registers it, or
 			// did. Listed neither (never ready) it never was, and a group
 			// that does not list it either is no route.
-			if e, ok := listed[pod.Namespace+"/"+b.Service]; ok && (e.Ready || e.Serving) {
+			if e, ok := listed[b.Service]; ok && (e.Ready || e.Serving) {
 				served[b.ARN] = true
 			}
 		}
@@ -240,17 +245,29 @@ func (s *Source) noteType(arn, lbType string) {
 	s.types[arn] = lbType
 }
 
-// PodTail is the longest tail the target groups of a pod being created may
-// need, for the injection webhook to size the pod's deadline: the tail of
-// every `ip` binding in the pod's namespace whose Service selects the pod's
-// labels (service reads the Service). A group whose load balancer type the
-// server has not learnt yet (it reads each group's type when its binding
-// appears, and here if it has not yet) takes the NLB tail, the longer by
-// default. why
-// names the group that sets it. Zero without the CRD or a binding that
-// selects the pod; the pod's routes may still change after its creation,
-// and its deadline does not follow them.
-func (s *Source) PodTail(ctx context.Context, pod *corev1.Pod, service func(ctx context.Context, namespace, name string) (*corev1.Service, error)) (tail time.Duration, why string, err error) {
+// AdmissionWait implements route.Source: the longest tail the target
+// groups of a pod being created may need beyond the ALB tail (an NLB's
+// 300 s against 20 s), so that a pod behind an NLB gets a deadline past the
+// NLB's stated worst case and the same headroom for the controller's lag
+// as a pod behind an ALB. It looks at every `ip` binding in the pod's
+// namespace whose Service (read live) selects the pod's labels. A group
+// whose load balancer type the server has not learnt yet (it reads each
+// group's type when its binding appears, and here if it has not yet) takes
+// the NLB tail, the longer by default. why names the group that sets the
+// longest tail. Zero without the CRD or a binding that selects the pod;
+// the pod's routes may still change after its creation, and its deadline
+// does not follow them.
+func (s *Source) AdmissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
+	tail, why, err := s.podTail(ctx, pod)
+	if err != nil || tail <= s.cfg.ALBTail {
+		return 0, why, err
+	}
+	return tail - s.cfg.ALBTail, why, nil
+}
+
+// podTail is the longest tail of the target groups bound to a Service
+// that selects the pod, and the sentence naming it.
+func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Duration, why string, err error) {
 	if !s.on.Load() || !s.synced.Load() {
 		return 0, "", nil
 	}
@@ -264,7 +281,7 @@ func (s *Source) PodTail(ctx context.Context, pod *corev1.Pod, service func(ctx 
 		if b.TargetType == "instance" || b.ARN == "" || b.Service == "" {
 			continue
 		}
-		svc, err := service(ctx, pod.Namespace, b.Service)
+		svc, err := s.cfg.Kube.CoreV1().Services(pod.Namespace).Get(ctx, b.Service, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -274,21 +291,26 @@ func (s *Source) PodTail(ctx context.Context, pod *corev1.Pod, service func(ctx 
 		if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
 			continue
 		}
-		s.mu.Lock()
-		lbType := s.types[b.ARN]
-		s.mu.Unlock()
-		if lbType == "" && s.cfg.Poller != nil {
-			if t, ok := s.cfg.Poller.TypeOf(b.ARN); ok {
-				lbType = t
-			} else {
-				s.cfg.Poller.LearnType(b.ARN)
-			}
-		}
-		if t, name := s.tail(lbType); t > tail {
+		if t, name := s.tail(s.typeOf(b.ARN)); t > tail {
 			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
 		}
 	}
 	return tail, why, nil
+}
+
+// typeOf is the load balancer type of a group as far as the source knows
+// it ("" when unknown: the poller is asked to learn it).
+func (s *Source) typeOf(arn string) string {
+	s.mu.Lock()
+	lbType := s.types[arn]
+	s.mu.Unlock()
+	if lbType == "" && s.cfg.Poller != nil {
+		if t, ok := s.cfg.Poller.TypeOf(arn); ok {
+			return t
+		}
+		s.cfg.Poller.LearnType(arn)
+	}
+	return lbType
 }
 
 // waiter returns the pod's waiter on arn, starting it when the pod waits.
@@ -343,8 +365,8 @@ func (s *Source) Forget(pod route.PodKey) {
 	}
 }
 
-// Close stops polling for every pod; the server calls it at shutdown,
-// before closing the poller.
+// Close implements route.Source: it stops polling for every pod, then
+// stops the poller.
 func (s *Source) Close() {
 	s.mu.Lock()
 	all := s.waiters
@@ -354,6 +376,9 @@ func (s *Source) Close() {
 		for _, w := range ws {
 			w.Close()
 		}
+	}
+	if s.cfg.Poller != nil {
+		s.cfg.Poller.Close()
 	}
 }
 
@@ -404,13 +429,13 @@ func (s *Source) Judge(state, reason, lbType string, wasRegistered bool) gate.Ob
 func (s *Source) tail(lbType string) (time.Duration, string) {
 	switch lbType {
 	case elbv2.TypeApplication:
-		return s.cfg.Tails.ALB, "ALB"
+		return s.cfg.ALBTail, "ALB"
 	case elbv2.TypeNetwork:
-		return s.cfg.Tails.NLB, "NLB"
+		return s.cfg.NLBTail, "NLB"
 	case "":
-		return s.cfg.Tails.NLB, "NLB (for a load balancer of unknown type)"
+		return s.cfg.NLBTail, "NLB (for a load balancer of unknown type)"
 	}
-	return s.cfg.Tails.NLB, fmt.Sprintf("NLB (for load balancer type %q)", lbType)
+	return s.cfg.NLBTail, fmt.Sprintf("NLB (for load balancer type %q)", lbType)
 }
 
 // TargetPorts are the ports of the pod's targets in a listing, sorted:

@@ -16,7 +16,7 @@ import (
 // TestJudge has one case per DescribeTargetHealth state (docs/facts.md,
 // "Target states").
 func TestJudge(t *testing.T) {
-	s := New(Config{Tails: DefaultTails()})
+	s := New(Options{ALBTail: DefaultALBTail, NLBTail: DefaultNLBTail})
 	for _, c := range []struct {
 		name, state, reason string
 		registered          bool
@@ -52,7 +52,7 @@ func TestJudge(t *testing.T) {
 }
 
 func TestTailByLoadBalancerType(t *testing.T) {
-	s := New(Config{Tails: Tails{ALB: time.Second, NLB: 2 * time.Second}})
+	s := New(Options{ALBTail: time.Second, NLBTail: 2 * time.Second})
 	for _, c := range []struct {
 		lbType string
 		tail   time.Duration
@@ -68,7 +68,7 @@ func TestTailByLoadBalancerType(t *testing.T) {
 			t.Errorf("type %q: tail %v %q, want %v naming %s", c.lbType, o.Tail, o.TailName, c.tail, c.name)
 		}
 	}
-	if s := New(Config{Tails: Tails{ALB: -time.Second}}); s.Judge("draining", "", elbv2.TypeApplication, true).Tail != 0 {
+	if s := New(Options{ALBTail: -time.Second}); s.Judge("draining", "", elbv2.TypeApplication, true).Tail != 0 {
 		t.Errorf("a negative tail does not count as zero")
 	}
 }
@@ -142,7 +142,7 @@ func TestTargetIDsCompareAsAddresses(t *testing.T) {
 func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	b := lbc.Binding{Namespace: "ns", Name: "web", TargetGroupARN: "arn:tg", TargetType: "ip", ServiceName: "a", ServicePort: intstr.FromInt32(80)}.Object()
 	b.Object["status"] = map[string]any{"observedGeneration": int64(3)}
-	o, ok := New(Config{}).Transform(b)
+	o, ok := New(Options{}).Transform(b)
 	u := o.(*unstructured.Unstructured)
 	if got := BindingFrom(u); !ok || got != (Binding{Namespace: "ns", Name: "web", ARN: "arn:tg", TargetType: "ip", Service: "a"}) {
 		t.Errorf("binding after transform: %+v", got)
@@ -153,7 +153,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	other := &unstructured.Unstructured{}
 	other.SetAPIVersion("v1")
 	other.SetKind("ConfigMap")
-	if _, ok := New(Config{}).Transform(other); ok {
+	if _, ok := New(Options{}).Transform(other); ok {
 		t.Errorf("the target-group source claimed a ConfigMap")
 	}
 }

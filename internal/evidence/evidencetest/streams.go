@@ -1,0 +1,244 @@
+// Package evidencetest makes traffic for tests of the evidence and the
+// gate: sources of known shapes (Poisson, round robin, bursts), what an
+// agent reports of them at a given time, sampled and counted as it
+// samples and counts, and the evidence that report makes.
+package evidencetest
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"time"
+
+	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/evidence"
+)
+
+// Stream is one source's arrival times, in order.
+type Stream struct {
+	Addr  string
+	Port  uint16
+	Class evidence.Class
+	Times []time.Time
+	// Every is the agent's sampling interval when Times are what it
+	// reports of a sampled source (see Sampled), else zero; Origin is its
+	// first look. Count says the agent counts its looks too
+	// (Arrivals.Looks).
+	Every  time.Duration
+	Origin time.Time
+	Count  bool
+}
+
+// Sampled is what an agent looking every `every` from origin reports of s:
+// per interval at most one arrival, the latest. Zero every leaves s as it
+// is.
+func Sampled(s Stream, origin time.Time, every time.Duration) Stream {
+	if every <= 0 {
+		return s
+	}
+	out := s
+	out.Every, out.Origin, out.Times = every, origin, nil
+	for i, t := range s.Times {
+		k := t.Sub(origin) / every
+		if i+1 < len(s.Times) && s.Times[i+1].Sub(origin)/every == k {
+			continue
+		}
+		out.Times = append(out.Times, t)
+	}
+	return out
+}
+
+// Model is one way an agent counts.
+type Model struct {
+	Name  string
+	Every time.Duration
+	Count bool
+}
+
+// Sample is what an agent counting as m reports of s.
+func (m Model) Sample(s Stream, origin time.Time) Stream {
+	s = Sampled(s, origin, m.Every)
+	s.Count = m.Count && m.Every > 0
+	return s
+}
+
+// Models names the ways an agent counts: each arrival on its own (an
+// older agent, Unknown), at most one per source and look (every 100 ms),
+// and so with its looks and pauses counted (this agent).
+var Models = []Model{
+	{"single arrivals", 0, false},
+	{"sampled every 100ms", 100 * time.Millisecond, false},
+	{"sampled every 100ms, looks counted", 100 * time.Millisecond, true},
+}
+
+// Poisson is a source sending at rate per second from start until stop.
+func Poisson(rng *rand.Rand, addr string, rate float64, start, stop time.Time) Stream {
+	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	for t := start; ; {
+		t = t.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		if !t.Before(stop) {
+			return s
+		}
+		s.Times = append(s.Times, t)
+	}
+}
+
+// Regular is a source sending every 1/rate seconds, each gap off by up
+// to ±jitter of it, from a random phase: a load balancer node's round
+// robin over its targets.
+func Regular(rng *rand.Rand, addr string, rate, jitter float64, start, stop time.Time) Stream {
+	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	per := float64(time.Second) / rate
+	for t := start.Add(time.Duration(rng.Float64() * per)); t.Before(stop); t = t.Add(time.Duration(per * (1 + jitter*(2*rng.Float64()-1)))) {
+		s.Times = append(s.Times, t)
+	}
+	return s
+}
+
+// OnOff is a bursty source: bursts at rate per second lasting `on` on
+// average, separated by pauses of `off` on average (both exponential).
+func OnOff(rng *rand.Rand, addr string, rate float64, on, off time.Duration, start, stop time.Time) Stream {
+	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	exp := func(mean time.Duration) time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
+	for t := start; t.Before(stop); t = t.Add(exp(off)) {
+		end := t.Add(exp(on))
+		for ; t.Before(end) && t.Before(stop); t = t.Add(exp(time.Duration(float64(time.Second) / rate))) {
+			s.Times = append(s.Times, t)
+		}
+		t = end
+	}
+	return s
+}
+
+// Arrivals is what an agent reporting at `at` would say of the times (in
+// order): found by binary search, so that the tests can ask often.
+func Arrivals(times []time.Time, at time.Time) evidence.Arrivals {
+	k, _ := slices.BinarySearchFunc(times, at, func(t, at time.Time) int {
+		if t.After(at) {
+			return 1
+		}
+		return -1
+	})
+	if k == 0 {
+		return evidence.Arrivals{}
+	}
+	a := evidence.Arrivals{N: k, First: times[0]}
+	for i := k - 1; i >= 0 && len(a.Last) < api.MaxTrafficAges; i-- {
+		a.Last = append(a.Last, times[i])
+	}
+	a.MaxGap = maxGap(times[:k])
+	return a
+}
+
+// maxGaps memoizes the longest gap of each prefix of the streams' times,
+// by the address of their first element (tests run one at a time).
+var maxGaps = map[*time.Time][]time.Duration{}
+
+func maxGap(times []time.Time) time.Duration {
+	pm, ok := maxGaps[&times[0]]
+	if !ok || len(pm) < len(times) {
+		full := times[:cap(times)]
+		pm = make([]time.Duration, len(full))
+		for i := 1; i < len(full); i++ {
+			pm[i] = max(pm[i-1], full[i].Sub(full[i-1]))
+		}
+		maxGaps[&times[0]] = pm
+	}
+	return pm[len(times)-1]
+}
+
+// LookCounts is what an agent counting its looks says of the first k
+// arrivals of the sampled stream s (Arrivals.Looks and RecentLooks).
+func LookCounts(s Stream, k int) (all, recent evidence.Looks) {
+	idx, paused := lookIndex(s)
+	count := func(from, to int) evidence.Looks {
+		return evidence.Looks{N: idx[to] - idx[from], Pauses: paused[to] - paused[from]}
+	}
+	return count(0, k-1), count(max(0, k-api.MaxTrafficAges), k-1)
+}
+
+// lookIndexes memoizes, per sampled stream (by the address of its first
+// time), each arrival's look and how many pauses came before it.
+var lookIndexes = map[*time.Time][2][]int{}
+
+func lookIndex(s Stream) (idx, paused []int) {
+	if v, ok := lookIndexes[&s.Times[0]]; ok && len(v[0]) == len(s.Times) {
+		return v[0], v[1]
+	}
+	idx, paused = make([]int, len(s.Times)), make([]int, len(s.Times))
+	for i, t := range s.Times {
+		idx[i] = int(t.Sub(s.Origin) / s.Every)
+		if i > 0 {
+			paused[i] = paused[i-1]
+			if idx[i]-idx[i-1] > 1 {
+				paused[i]++
+			}
+		}
+	}
+	lookIndexes[&s.Times[0]] = [2][]int{idx, paused}
+	return idx, paused
+}
+
+// At is the evidence of an agent reporting at `at` on the streams, with
+// the unknown arrivals' times, at the given ε.
+func At(at time.Time, eps float64, unknown []time.Time, ss ...Stream) *evidence.Evidence {
+	ev := &evidence.Evidence{At: at, Epsilon: eps, Unknown: Arrivals(unknown, at)}
+	for _, s := range ss {
+		if a := Arrivals(s.Times, at); a.N > 0 {
+			a.Every = s.Every
+			if s.Count {
+				a.Looks, a.RecentLooks = LookCounts(s, a.N)
+			}
+			ev.Sources = append(ev.Sources, evidence.Source{Addr: netip.MustParseAddr(s.Addr), Port: s.Port, Class: s.Class, Arrivals: a})
+		}
+	}
+	return ev
+}
+
+// Last is the latest arrival of any of the streams (zero if none).
+func Last(ss ...Stream) time.Time {
+	var last time.Time
+	for _, s := range ss {
+		if n := len(s.Times); n > 0 && s.Times[n-1].After(last) {
+			last = s.Times[n-1]
+		}
+	}
+	return last
+}
+
+// Summary is what an agent reporting at `at` sends of the streams and the
+// unknown arrivals' times: the evidence At makes, as ages on the wire
+// (evidence.Read turns it back). The streams share one sampling interval
+// and way of counting, the first's.
+func Summary(at time.Time, unknown []time.Time, ss ...Stream) *api.Traffic {
+	t := &api.Traffic{Unknown: ages(Arrivals(unknown, at), at)}
+	for i, s := range ss {
+		if i == 0 {
+			t.Every = s.Every
+		}
+		a := Arrivals(s.Times, at)
+		if a.N == 0 {
+			continue
+		}
+		st := ages(a, at)
+		st.Addr, st.Port = netip.MustParseAddr(s.Addr), s.Port
+		if s.Count {
+			all, recent := LookCounts(s, a.N)
+			st.Looks, st.RecentLooks = api.Looks{N: all.N, Pauses: all.Pauses}, api.Looks{N: recent.N, Pauses: recent.Pauses}
+		}
+		t.Sources = append(t.Sources, st)
+	}
+	return t
+}
+
+// ages is a's times as ages at `at`.
+func ages(a evidence.Arrivals, at time.Time) api.SourceTraffic {
+	if a.N == 0 {
+		return api.SourceTraffic{}
+	}
+	st := api.SourceTraffic{Arrivals: a.N, First: at.Sub(a.First), MaxGap: a.MaxGap}
+	for _, l := range a.Last {
+		st.Last = append(st.Last, at.Sub(l))
+	}
+	return st
+}

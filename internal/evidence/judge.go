@@ -1,0 +1,278 @@
+package evidence
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+// Route is a route whose owner took the pod out, as the gate hands it to
+// Judge.
+type Route struct {
+	// OutSince is when the owner was first seen to take the pod out; the
+	// tail counts from it.
+	OutSince time.Time
+	// Tail is the route's propagation tail (negative counts as zero);
+	// TailName names it in sentences ("ALB").
+	Tail     time.Duration
+	TailName string
+	// Ports are the pod's ports the route's traffic arrives on; empty,
+	// every port counts (which can only lengthen a wait).
+	Ports []uint16
+	// What is the owner's word, one sentence, for the detail.
+	What string
+	// Err is the owner's last read error: a route whose read failed never
+	// closes, whatever the evidence says.
+	Err error
+}
+
+// Closing is a route judged on the evidence at one time.
+type Closing struct {
+	// Closed says the route is closed; ClosedBy then says what closed it
+	// (api.ClosedByTraffic, or api.ClosedByTail when the evidence let the
+	// tail decide) and Why says so as a phrase for the release message:
+	// "quiet 7.6s after 28 arrivals from 3 sources (…), 10.4s before its
+	// tail's end".
+	Closed        bool
+	ClosedBy, Why string
+	// Detail is one sentence saying what the evidence showed and what it
+	// waits for.
+	Detail string
+	// QuietBy is when the route closes if nothing arrives before (nil
+	// while the owner's last read failed); AskBy, when set, is when the
+	// evidence has grown old enough (Refresh) that a newer report may
+	// close the route sooner: the agent should ask by then.
+	QuietBy, AskBy *time.Time
+}
+
+// Judge judges, at now, a route whose owner took the pod out. ok is false
+// when there is no evidence (a nil ev): the tail alone decides then.
+//
+// The rules: the route closes once every source weighed has gone quiet
+// (see weigh): before the tail's end only if every one was fitted, and the
+// unknown arrivals are fewer than the attributed ones; past it for as long
+// as a source keeps sending. Quiet is known only up to Evidence.At: a route
+// whose sources' quiet ends after the evidence stays open until the agent
+// reports again. A route whose owner's last read failed stays open.
+func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
+	if ev == nil {
+		return c, false
+	}
+	tail := max(r.Tail, 0)
+	end := r.OutSince.Add(tail)
+	j := ev.weigh(r.Ports, r.OutSince, tail)
+	what := fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s; the pod's traffic: %s",
+		r.What, api.Stamp(r.OutSince), r.TailName, tail, api.Stamp(end), j.describe(ev.Epsilon))
+	if r.Err == nil {
+		at := j.closeAt
+		c.QuietBy = &at
+		if ask := j.evidenceAt.Add(Refresh); ask.Before(at) && now.Before(at) {
+			c.AskBy = &ask
+		}
+	}
+	switch {
+	case now.Before(j.closeAt):
+		c.Detail = what + fmt.Sprintf(": closes at %s if nothing arrives before", api.Stamp(j.closeAt))
+		if j.lengthened != "" {
+			c.Detail += " (" + j.lengthened + ")"
+		}
+		c.Detail += api.LastReadFailed(r.Err)
+		return c, true
+	case !j.fresh:
+		c.Detail = what + fmt.Sprintf(": quiet from %s if the agent's next report shows nothing new", api.Stamp(j.closeAt)) + api.LastReadFailed(r.Err)
+		return c, true
+	case r.Err != nil:
+		c.Detail = what + fmt.Sprintf(": quiet since %s, but the last read failed (%v): "+
+			"open until a successful read confirms the pod is still out", api.Stamp(j.closeAt), r.Err)
+		return c, true
+	}
+	c.Closed = true
+	c.ClosedBy, c.Detail, c.Why = j.closed(now, end, what, r.TailName, tail)
+	return c, true
+}
+
+// closed says what closed a route that closes now: the evidence, before or
+// past the tail's end, or the tail when the evidence left it to decide.
+func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail time.Duration) (by, detail, why string) {
+	quiet := fmt.Sprintf("quiet %s after %d arrivals from %s (%d fitted at %s, bound %s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
+		j.arrived, api.CountNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond))
+	by = api.ClosedByTail
+	switch {
+	case j.closeAt.Before(end):
+		by = api.ClosedByTraffic
+		detail = what + fmt.Sprintf(": every source quiet at %s, %s before the tail's end", api.Stamp(j.closeAt), end.Sub(j.closeAt).Round(time.Millisecond))
+		why = fmt.Sprintf("%s, %s before its tail's end", quiet, end.Sub(now).Round(100*time.Millisecond))
+	case j.closeAt.After(end):
+		by = api.ClosedByTraffic
+		detail = what + fmt.Sprintf(": open past the tail's end until %s, as %s", api.Stamp(j.closeAt), j.lengthened)
+		why = fmt.Sprintf("%s, %s past its tail's end", quiet, now.Sub(end).Round(100*time.Millisecond))
+	case j.sources == 0:
+		detail = what + ": closed at the tail's end, nothing having arrived on its ports"
+		why = fmt.Sprintf("its %s tail (%s; no traffic on its ports)", tailName, tail)
+	case j.unknownBlocked:
+		detail = what + ": closed at the tail's end (as many arrivals of unknown source as attributed ones: the evidence does not shorten the tail)"
+		why = fmt.Sprintf("its %s tail (%s; too many arrivals of unknown source)", tailName, tail)
+	default:
+		detail = what + ": closed at the tail's end (a source too sparse to fit a rate gives no evidence)"
+		why = fmt.Sprintf("its %s tail (%s; a source too sparse to fit a rate)", tailName, tail)
+	}
+	return by, detail, why + j.nodeNote()
+}
+
+// quietJudgement is a route's traffic judged against its tail.
+type quietJudgement struct {
+	sources int // sources weighed (Unknown as one when it holds sources)
+	fitted  int // of which fitted
+	arrived int // their arrivals
+	// closeAt is when the route closes if nothing arrives before: the
+	// latest quiet end of the sources, or the tail's end when a source
+	// could not be fitted (the tail applies) and nothing sent after it.
+	closeAt time.Time
+	// fresh is false when closeAt is after the evidence: the agent must
+	// report again before the route closes.
+	fresh bool
+	// evidenceAt is when the server received the evidence (Evidence.At).
+	evidenceAt time.Time
+	// lengthened names why closeAt is past the tail's end.
+	lengthened  string
+	bound       time.Duration // the longest fitted quiet bound
+	lastArrival time.Time     // the latest arrival of any source weighed
+	// minRate and maxRate span the fitted sources' rates (per second).
+	minRate, maxRate float64
+	// fromNode counts the arrivals on the ports from the node's own
+	// addresses (probes): shown, never weighed.
+	fromNode int
+	// unknown counts the arrivals of unknown source: shown, weighed only
+	// against an early close; unknownBlocked says they blocked one.
+	unknown        int
+	unknownBlocked bool
+}
+
+// weigh weighs the evidence for a route on ports whose owner took the pod
+// out at outSince with the given tail. No ports means every port. With no
+// source on the ports, the route closes at the tail's end on a report from
+// then on.
+//
+// Per source: a fitted source is quiet once the evidence shows it silent
+// for its bound, before or after the tail's end: the tail is a floor only
+// for what evidence cannot judge, never a promise that beats it. One that
+// could not be fitted gives no evidence: it is quiet at the tail's end if
+// it sent nothing after it, else a tail after its latest arrival (it proved
+// the tail too short). The route closes when every source is quiet; only
+// when every source was fitted, and the unknown arrivals are fewer than the
+// sources' own, may that be before the tail's end. Unknown arrivals are
+// not a source (see Evidence.Unknown): they never keep a route open past
+// its tail, unless they hold sources the agent could not list apart
+// (Evidence.UnknownHoldsSources), which weigh as one more source. Every
+// close needs evidence from at or after the close time (fresh): at the
+// tail's end too, so that a source sending then is seen.
+func (ev *Evidence) weigh(ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement) {
+	tailEnd := outSince.Add(tail)
+	j.evidenceAt = ev.At
+	var weigh []Arrivals
+	for _, s := range ev.Sources {
+		switch {
+		case len(ports) > 0 && !slices.Contains(ports, s.Port) || s.N <= 0:
+		case s.Class == ClassRemote:
+			weigh = append(weigh, s.Arrivals)
+		default:
+			j.fromNode += s.N
+		}
+	}
+	if ev.UnknownHoldsSources && ev.Unknown.N > 0 {
+		weigh = append(weigh, ev.Unknown)
+	} else {
+		j.unknown = ev.Unknown.N
+	}
+	// No source yet is evidence too, once it is fresh: the agent's first
+	// ask comes before the pod's traffic was watched for long, so the
+	// route closes at the tail's end only on a report from then on.
+	var end time.Time // the latest of the sources' quiet ends
+	for _, a := range weigh {
+		j.sources++
+		j.arrived += a.N
+		last := a.latest()
+		j.lastArrival = later(j.lastArrival, last)
+		f := FitArrivals(a, tail, ev.Epsilon)
+		if f.OK {
+			j.fitted++
+			j.bound = max(j.bound, f.Quiet)
+			if j.fitted == 1 || f.Rate < j.minRate {
+				j.minRate = f.Rate
+			}
+			j.maxRate = max(j.maxRate, f.Rate)
+		}
+		var se time.Time
+		switch {
+		case f.OK:
+			se = last.Add(f.Quiet)
+		case last.After(tailEnd):
+			se = last.Add(tail)
+		default:
+			se = tailEnd
+		}
+		switch {
+		case last.After(tailEnd):
+			j.lengthened = fmt.Sprintf("a source sent at %s, after the tail's end", api.Stamp(last))
+		case se.After(tailEnd) && j.lengthened == "":
+			j.lengthened = "a source's quiet bound ends after the tail's end"
+		}
+		end = later(end, se)
+	}
+	allFitted := j.sources > 0 && j.fitted == j.sources
+	j.unknownBlocked = allFitted && j.unknown >= j.arrived
+	if allFitted && !j.unknownBlocked {
+		j.closeAt = end
+	} else {
+		j.closeAt = later(end, tailEnd)
+	}
+	// Silence is known only up to the evidence: a close needs a report
+	// from at or after the close time.
+	j.fresh = !ev.At.Before(j.closeAt)
+	return j
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// describe is the judgement as a phrase for a route's detail.
+func (j quietJudgement) describe(eps float64) string {
+	if eps <= 0 || eps >= 1 {
+		eps = DefaultEpsilon
+	}
+	s := fmt.Sprintf("%d arrivals from %s", j.arrived, api.CountNoun(j.sources, "source"))
+	if j.fitted > 0 {
+		s += fmt.Sprintf(" (%d fitted at %s, longest quiet bound %s at ε %.0e)", j.fitted, j.rates(), j.bound.Round(time.Millisecond), eps)
+	}
+	return s + j.nodeNote()
+}
+
+// nodeNote mentions the node's own arrivals, which the judgement ignored,
+// and the unknown ones, which it did not count as a source.
+func (j quietJudgement) nodeNote() string {
+	var s string
+	if j.fromNode > 0 {
+		s += fmt.Sprintf(", %d arrivals from the node not counted", j.fromNode)
+	}
+	if j.unknown > 0 {
+		s += fmt.Sprintf(", %d of unknown source (too short to see) not counted as a source", j.unknown)
+	}
+	return s
+}
+
+// rates is the fitted sources' rates: "2.8/s" or "2.1-3.4/s".
+func (j quietJudgement) rates() string {
+	if j.fitted == 0 {
+		return "no rate"
+	}
+	if fmt.Sprintf("%.1f", j.minRate) == fmt.Sprintf("%.1f", j.maxRate) {
+		return fmt.Sprintf("%.1f/s", j.maxRate)
+	}
+	return fmt.Sprintf("%.1f-%.1f/s", j.minRate, j.maxRate)
+}
