@@ -79,6 +79,11 @@ type waiter struct {
 	lastSeen string // the last waiting verdict logged, likewise
 
 	tokenFailed bool // reading the token file failed, and was logged
+	// bare says the asks carry no traffic summary any more: a server
+	// refused one that did (an older or newer server reading its
+	// parameters differently), and a wait must not end over an optional
+	// part of the request.
+	bare bool
 }
 
 // run asks the server until one of the ends Run documents comes, and leaves
@@ -118,7 +123,7 @@ func (w *waiter) run(ctx context.Context) {
 		// The evidence is taken afresh for every ask: the server weighs
 		// it as of the moment it asks.
 		req.Traffic = nil
-		if cfg.Traffic != nil {
+		if cfg.Traffic != nil && !w.bare {
 			req.Traffic = cfg.Traffic()
 		}
 		timeout := min(limit.Sub(now), req.Wait+answerSlack)
@@ -132,7 +137,7 @@ func (w *waiter) run(ctx context.Context) {
 			continue
 		}
 		w.answered = true
-		if w.answer(ctx, resp, now, req.Wait) {
+		if w.answer(ctx, resp, now, req) {
 			return
 		}
 	}
@@ -171,14 +176,22 @@ func (w *waiter) unanswered(ctx context.Context, err error, limit time.Time) {
 	w.pause(ctx, limit)
 }
 
-// answer acts on an HTTP answer to the ask sent at now for a wait of wait,
-// and reports whether the wait is over (released, or refused and the
-// fallback waited out). A 404 is retried a few times, other 4xx but 429
-// refuse, and the rest is retried until the deadline.
-func (w *waiter) answer(ctx context.Context, resp response, now time.Time, wait time.Duration) bool {
+// answer acts on an HTTP answer to req, sent at now, and reports whether
+// the wait is over (released, or refused and the fallback waited out). A
+// refusal that may be about the traffic summary is retried at once
+// without it; a 404 is retried a few times; other 4xx but 429 refuse; the
+// rest is retried until the deadline.
+func (w *waiter) answer(ctx context.Context, resp response, now time.Time, req api.DrainRequest) bool {
 	switch s := resp.status; {
 	case s == 200:
-		return w.verdict(ctx, resp, now, wait)
+		return w.verdict(ctx, resp, now, req.Wait)
+	case req.Traffic != nil && optionalRefused(s):
+		// Only the request's optional part may be what the server cannot
+		// read: ask again at once without it. The tails then decide,
+		// which can only make the wait longer.
+		w.bare = true
+		w.log.printf("gate server refused the request with its traffic summary: %d %s; asking again without it (the gate server's version may differ from this agent's)",
+			s, errorText(resp))
 	case s == 404:
 		w.notFound++
 		if w.notFound >= notFoundTries {
@@ -196,6 +209,17 @@ func (w *waiter) answer(ctx context.Context, resp response, now time.Time, wait 
 		// wait, they never shorten it.
 		w.failed(fmt.Sprintf("gate server answered %d %s", s, errorText(resp)), "retrying until the deadline")
 		w.pause(ctx, w.deadline)
+	}
+	return false
+}
+
+// optionalRefused says whether a status may be about a request's optional
+// part: malformed (400), or too large in its body, URL or headers (413,
+// 414, 431).
+func optionalRefused(status int) bool {
+	switch status {
+	case 400, 413, 414, 431:
+		return true
 	}
 	return false
 }

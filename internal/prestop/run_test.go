@@ -321,6 +321,43 @@ func TestBadRequestStopsAsking(t *testing.T) {
 	})
 }
 
+// TestTrafficRefusedAsksWithout: a server that refuses the request only
+// over its traffic summary (a version that reads its parameters
+// differently) is asked again at once without it, and the wait goes on to
+// the server's verdict instead of ending in the fallback.
+func TestTrafficRefusedAsksWithout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate(t, func(n int, req api.DrainRequest) reply {
+			switch {
+			case req.Traffic != nil:
+				return reply{status: 400, verdict: &api.Verdict{Message: "traffic: unknown field"}}
+			case n < 2:
+				return waiting(false)
+			}
+			return released(api.ReasonDrained)
+		})
+		var log testutil.SyncBuffer
+		cfg := config(g.URL, &log)
+		cfg.Fallback = 400 * time.Millisecond
+		cfg.Traffic = func() *api.Traffic { return &api.Traffic{Watched: time.Second} }
+		res := Run(context.Background(), cfg)
+
+		if res.Outcome != Released {
+			t.Fatalf("got %+v, want released by the server", res)
+		}
+		asks := g.recorded()
+		if len(asks) < 2 || asks[0].req.Traffic == nil {
+			t.Fatalf("asks %+v: want the first with its summary", asks)
+		}
+		for _, a := range asks[1:] {
+			if a.req.Traffic != nil {
+				t.Errorf("asked again with the summary the server refused: %+v", a.req)
+			}
+		}
+		mustContain(t, log.String(), "refused the request with its traffic summary: 400 traffic: unknown field; asking again without it")
+	})
+}
+
 // A gate that answers long-polls at once is asked at most every minPollGap.
 func TestPacesEagerServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
