@@ -322,6 +322,9 @@ func TestDefaultArgs(t *testing.T) {
 		"inject-image-volume":    "false",
 		"wait-api-sources":       "pod",
 		"profiling":              "false",
+		"namespace":              "$(DRAINGATE_NAMESPACE)",
+		"kube-api-qps":           "50",
+		"kube-api-burst":         "100",
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
@@ -716,35 +719,38 @@ func ruleKey(r rule) string {
 }
 
 func TestRBAC(t *testing.T) {
+	// Each rule only where a feature on by default uses it: the
+	// TargetGroupBinding cache with target groups, TokenReviews with the
+	// wait API answering pods only; the shared route memory always.
 	base := []string{
 		"ClusterRole draingate: /pods[] get,list,watch",
 		"ClusterRole draingate: /services[] list,watch",
 		"ClusterRole draingate: discovery.k8s.io/endpointslices[] list,watch",
-		"ClusterRole draingate: elbv2.k8s.aws/targetgroupbindings[] list,watch",
-		"ClusterRole draingate: authentication.k8s.io/tokenreviews[] create",
-		"ClusterRole draingate: ,events.k8s.io/events[] create,patch",
+		"ClusterRole draingate: /events[] create,patch",
+		"Role draingate-memory: coordination.k8s.io/leases[] create,delete,get,list,update,watch",
 	}
+	withTG := append(slices.Clone(base), "ClusterRole draingate: elbv2.k8s.aws/targetgroupbindings[] list,watch")
+	defaults := append(slices.Clone(withTG), "ClusterRole draingate: authentication.k8s.io/tokenreviews[] create")
 	for _, tc := range []struct {
 		values string
 		want   []string
 	}{
-		{"", append(slices.Clone(base),
+		{"", append(slices.Clone(defaults),
 			"ClusterRole draingate-webhook: /namespaces[] list,watch",
-			"ClusterRole draingate-webhook: /services[] get",
 			"ClusterRole draingate-webhook: /limitranges[] list,watch",
 			"ClusterRole draingate-webhook: admissionregistration.k8s.io/mutatingwebhookconfigurations[draingate] get,update",
 			"Role draingate-webhook: /secrets[draingate-webhook-tls] get,update",
-			"Role draingate-webhook: /secrets[] create",
 		)},
 		// cert-manager writes the Secret and the caBundle: the server only reads them.
-		{"webhook: {certManager: {enabled: true}}", append(slices.Clone(base),
+		{"webhook: {certManager: {enabled: true}}", append(slices.Clone(defaults),
 			"ClusterRole draingate-webhook: /namespaces[] list,watch",
-			"ClusterRole draingate-webhook: /services[] get",
 			"ClusterRole draingate-webhook: /limitranges[] list,watch",
 			"ClusterRole draingate-webhook: admissionregistration.k8s.io/mutatingwebhookconfigurations[draingate] get",
 			"Role draingate-webhook: /secrets[draingate-webhook-tls] get",
 		)},
-		{"webhook: {enabled: false}", base},
+		{"webhook: {enabled: false}", defaults},
+		{"{webhook: {enabled: false}, targetGroups: false}", append(slices.Clone(base), "ClusterRole draingate: authentication.k8s.io/tokenreviews[] create")},
+		{"{webhook: {enabled: false}, waitApiSources: any}", withTG},
 	} {
 		t.Run(tc.values, func(t *testing.T) {
 			r := mustRender(t, tc.values)

@@ -254,7 +254,7 @@ func sum(m map[string]int) int {
 
 // floodRun is a pod that abuses the wait API while the test's victim is
 // released: one of its containers asks about the victim (every answer must
-// be 403) and holds 40 long-polls about its own terminating pod, which is
+// be the one about an unknown pod, 404) and holds 40 long-polls about its own terminating pod, which is
 // held (it is its Service's only endpoint, so the route stays open); the
 // server holds at most waitapi.DefaultMaxWaitingPerSource of them at once
 // and answers the rest at once, so the flood cannot take the long-poll cap
@@ -360,12 +360,12 @@ func (f *floodRun) check(t *testing.T, ctx context.Context) {
 			counts[fields[1]][k] = n
 		}
 	}
-	// 403 while the victim exists; once it is gone, the server knows no
-	// such pod (404). Never a verdict.
+	// The answer about an unknown pod (404), whether the victim exists or
+	// is gone: another pod learns nothing of it. Never a verdict.
 	victim := counts[f.victimURL]
 	delete(victim, "held-max")
-	if victim["403"] == 0 || victim["403"]+victim["404"] != sum(victim) {
-		t.Errorf("answers to another pod asking about the victim: %v; want 403 every time (404 once it is gone)", victim)
+	if victim["404"] == 0 || victim["404"] != sum(victim) {
+		t.Errorf("answers to another pod asking about the victim: %v; want 404 every time, as for an unknown pod", victim)
 	}
 	held := counts[f.selfURL]["held-max"]
 	if held == 0 || held > waitapi.DefaultMaxWaitingPerSource {

@@ -45,6 +45,9 @@ type Closing struct {
 	// evidence has grown old enough (Refresh) that a newer report may
 	// close the route sooner: the agent should ask by then.
 	QuietBy, AskBy *time.Time
+	// LastArrival is the latest arrival weighed (zero if none): should the
+	// evidence go missing, the route is held a tail after it.
+	LastArrival time.Time
 }
 
 // Judge judges, at now, a route whose owner took the pod out. ok is false
@@ -63,6 +66,7 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 	tail := max(r.Tail, 0)
 	end := r.OutSince.Add(tail)
 	j := ev.weigh(r.Ports, r.OutSince, tail)
+	c.LastArrival = j.lastArrival
 	what := fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s; the pod's traffic: %s",
 		r.What, api.Stamp(r.OutSince), r.TailName, tail, api.Stamp(end), j.describe(ev.Epsilon))
 	if r.Err == nil {

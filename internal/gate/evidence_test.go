@@ -32,7 +32,7 @@ func TestEvidenceNeverClosesARouteStillIn(t *testing.T) {
 	o := tgOut(20 * time.Second)
 	o.Out, o.State = false, "healthy"
 	now := t0.Add(time.Minute)
-	if a := Assess(now, o, time.Time{}, et.At(now, 0, nil, s)); a.Phase != PhaseIn {
+	if a := Assess(now, o, RouteMemory{}, et.At(now, 0, nil, s)); a.Phase != PhaseIn {
 		t.Errorf("phase %s, want in: %s", a.Phase, a.Route.Detail)
 	}
 }
@@ -117,16 +117,16 @@ func TestEmptyEarlyEvidenceWaitsForAReport(t *testing.T) {
 	outSince := t0.Add(time.Second)
 	end := outSince.Add(tail)
 	empty := &evidence.Evidence{At: t0}
-	a := Assess(end.Add(time.Second), tgOut(tail), outSince, empty)
+	a := Assess(end.Add(time.Second), tgOut(tail), RouteMemory{OutSince: outSince}, empty)
 	if a.Phase != PhaseOut || a.Route.QuietBy == nil || !a.Route.QuietBy.Equal(end) {
 		t.Fatalf("stale empty evidence after the tail: phase %s, quiet by %v: %s", a.Phase, a.Route.QuietBy, a.Route.Detail)
 	}
 	rng := rand.New(rand.NewPCG(17, 18))
 	s := et.Poisson(rng, "10.0.0.1", 5, t0, end.Add(10*time.Second))
-	if a := Assess(end.Add(time.Second), tgOut(tail), outSince, et.At(end.Add(time.Second), 0, nil, s)); a.Phase == PhaseClosed {
+	if a := Assess(end.Add(time.Second), tgOut(tail), RouteMemory{OutSince: outSince}, et.At(end.Add(time.Second), 0, nil, s)); a.Phase == PhaseClosed {
 		t.Errorf("closed while the source still sends past the tail: %s", a.Route.Detail)
 	}
-	if a := Assess(end.Add(time.Second), tgOut(tail), outSince, &evidence.Evidence{At: end.Add(time.Second)}); a.Phase != PhaseClosed || a.Route.ClosedBy != api.ClosedByTail {
+	if a := Assess(end.Add(time.Second), tgOut(tail), RouteMemory{OutSince: outSince}, &evidence.Evidence{At: end.Add(time.Second)}); a.Phase != PhaseClosed || a.Route.ClosedBy != api.ClosedByTail {
 		t.Errorf("fresh empty evidence after the tail: phase %s by %q: %s", a.Phase, a.Route.ClosedBy, a.Route.Detail)
 	}
 }
@@ -162,11 +162,44 @@ func TestUnknownPortsWeighEveryPort(t *testing.T) {
 	now := outSince.Add(2 * tail)
 	o := tgOut(tail)
 	o.Ports = nil
-	if a := Assess(now, o, outSince, et.At(now, 0, nil, s)); a.Phase == PhaseClosed {
+	if a := Assess(now, o, RouteMemory{OutSince: outSince}, et.At(now, 0, nil, s)); a.Phase == PhaseClosed {
 		t.Errorf("closed with a source still sending on an unknown port: %s", a.Route.Detail)
 	}
 	o.WeighTraffic = false
-	if a := Assess(now, o, outSince, et.At(now, 0, nil, s)); a.Phase != PhaseClosed {
+	if a := Assess(now, o, RouteMemory{OutSince: outSince}, et.At(now, 0, nil, s)); a.Phase != PhaseClosed {
 		t.Errorf("a route that weighs no traffic did not close at its tail: %s", a.Route.Detail)
+	}
+}
+
+// TestMissingEvidenceHoldsARoute: evidence held a route open past its
+// tail (a source still sending); the agent's next report is missing (an
+// ask without a summary: a CPU-starved agent, a watch that ended). The
+// route does not close at once on the tail that has passed: it stays open
+// a tail after the last arrival the evidence saw, then closes.
+func TestMissingEvidenceHoldsARoute(t *testing.T) {
+	const tail = 10 * time.Second
+	rng := rand.New(rand.NewPCG(23, 24))
+	outSince := t0.Add(time.Second)
+	s := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(tail+5*time.Second))
+	last := et.Last(s)
+	now := outSince.Add(tail + 5*time.Second)
+	p := Pod{Name: "p", Terminating: true, Traffic: report(now, s)}
+	_, mem := Step(outSince, Pod{Name: "p", Terminating: true}, Memory{}, []Observation{tgOut(tail)})
+	v, mem := Step(now, p, mem, []Observation{tgOut(tail)})
+	if v.Released {
+		t.Fatalf("released while a source still sends past the tail: %s", v.Message)
+	}
+	p.Traffic = nil
+	v, mem = Step(now.Add(100*time.Millisecond), p, mem, []Observation{tgOut(tail)})
+	r := v.Routes[0]
+	if v.Released || r.QuietBy == nil || !r.QuietBy.Equal(last.Add(tail)) {
+		t.Fatalf("evidence missing: released %v, quiet by %v (want a tail after the last arrival, %v): %s", v.Released, r.QuietBy, last.Add(tail), r.Detail)
+	}
+	if next := NextChange(now, p, v); !next.Equal(last.Add(tail)) {
+		t.Errorf("next change %v, want %v", next, last.Add(tail))
+	}
+	v, _ = Step(last.Add(tail), p, mem, []Observation{tgOut(tail)})
+	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
+		t.Errorf("a tail after the last arrival: released %v, closed by %q: %s", v.Released, v.Routes[0].ClosedBy, v.Message)
 	}
 }

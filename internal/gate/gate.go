@@ -62,6 +62,15 @@ type RouteMemory struct {
 	// the pod's target only until its deregistration delay ends, and the
 	// traffic evidence still applies after that.
 	Ports []uint16
+	// WasRoute says an observation found the pod in this route (synced,
+	// not NotRoute) at least once: a source may need it once its owner no
+	// longer lists the pod (Known.WasRoute).
+	WasRoute bool
+	// LastArrival is the latest arrival the traffic evidence weighed for
+	// this route: without evidence the route stays open a tail after it,
+	// so that evidence that held it open past its tail, then went missing,
+	// never lets it close at once.
+	LastArrival time.Time
 }
 
 // Memory is everything the gate keeps about one terminating pod between
@@ -77,16 +86,23 @@ type Memory struct {
 	Routes map[RouteKey]RouteMemory
 }
 
-// Known returns the names of the remembered routes of one kind, sorted: a
+// Known is one remembered route of a pod, as its source is told of it.
+type Known struct {
+	Name string
+	// WasRoute: the pod was seen in this route (see RouteMemory.WasRoute).
+	WasRoute bool
+}
+
+// Known returns the remembered routes of one kind, sorted by name: a
 // source must report each of them again.
-func (m Memory) Known(kind string) []string {
-	var out []string
-	for k := range m.Routes {
+func (m Memory) Known(kind string) []Known {
+	var out []Known
+	for k, r := range m.Routes {
 		if k.Kind == kind {
-			out = append(out, k.Name)
+			out = append(out, Known{Name: k.Name, WasRoute: r.WasRoute})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b Known) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -138,6 +154,7 @@ func judge(now time.Time, prev, next Memory, obs []Observation, ev *evidence.Evi
 		k := RouteKey{o.Kind, o.Name}
 		m := prev.Routes[k]
 		if o.Synced && !o.NotRoute {
+			m.WasRoute = true
 			switch {
 			case !o.Out:
 				m.OutSince = time.Time{}
@@ -150,8 +167,10 @@ func judge(now time.Time, prev, next Memory, obs []Observation, ev *evidence.Evi
 		} else {
 			o.Ports = m.Ports
 		}
+		a := Assess(now, o, m, ev)
+		m.LastArrival = later(m.LastArrival, a.lastArrival)
 		next.Routes[k] = m
-		judged[k] = Assess(now, o, m.OutSince, ev)
+		judged[k] = a
 	}
 	for k, m := range prev.Routes {
 		if _, ok := judged[k]; !ok {
@@ -251,4 +270,11 @@ func list(rs []api.Route) string {
 		s[i] = r.String()
 	}
 	return strings.Join(s, ", ")
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -156,14 +156,14 @@ func TestErrorNeverReleasesEarly(t *testing.T) {
 	// shown, the error named; one good read closes it at once.
 	o := withErr(out("a", 20*time.Second))
 	now := at.Add(time.Hour)
-	a := Assess(now, o, at, nil)
+	a := Assess(now, o, RouteMemory{OutSince: at}, nil)
 	if a.Phase != PhaseOut || a.Route.State != "gone" || a.Route.TailEnds == nil ||
 		!a.Route.TailEnds.Equal(at.Add(20*time.Second)) || !strings.Contains(a.Route.Detail, "Throttling") ||
 		!strings.Contains(a.Route.Detail, "successful read") {
 		t.Errorf("errored after tail: %+v", a)
 	}
 	o.Err = nil
-	if a := Assess(now, o, at, nil); a.Phase != PhaseClosed {
+	if a := Assess(now, o, RouteMemory{OutSince: at}, nil); a.Phase != PhaseClosed {
 		t.Errorf("good read after tail: %+v", a)
 	}
 }
@@ -326,7 +326,7 @@ func TestRememberedRouteStaysOpen(t *testing.T) {
 	if len(next.Routes) != 2 || !next.Routes[RouteKey{"k", "b"}].OutSince.Equal(t0) {
 		t.Errorf("memory %+v", next)
 	}
-	if got := next.Known("k"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+	if got := next.Known("k"); len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
 		t.Errorf("Known = %v", got)
 	}
 	if got := next.Known("other"); got != nil {
@@ -335,7 +335,7 @@ func TestRememberedRouteStaysOpen(t *testing.T) {
 }
 
 func TestAssessOutSinceNotRecorded(t *testing.T) {
-	a := Assess(deadline, out("a", time.Second), time.Time{}, nil)
+	a := Assess(deadline, out("a", time.Second), RouteMemory{}, nil)
 	if a.Phase != PhaseOut || a.Route.TailEnds != nil || !strings.Contains(a.Route.Detail, "not recorded") {
 		t.Errorf("%+v", a)
 	}

@@ -99,17 +99,24 @@ type Assessment struct {
 	// message: "its tail (20s)", or "quiet 7.5s after 412 arrivals from 3
 	// sources, 10.4s before its tail's end".
 	Why string
+	// lastArrival is the latest arrival the evidence weighed for the
+	// route (zero without evidence), for RouteMemory.LastArrival.
+	lastArrival time.Time
 }
 
-// Assess judges one observation at now, given when its owner was first
-// seen to take the pod out (zero: not yet) and the pod's traffic evidence
-// (nil: none).
+// Assess judges one observation at now, given what the gate remembers of
+// the route (m.OutSince: when its owner was first seen to take the pod
+// out, zero if not yet) and the pod's traffic evidence (nil: none).
 //
 // Evidence policy: it never closes a route whose owner still routes to the
 // pod. Once the owner took the pod out, a route that weighs traffic closes
 // when the evidence says (evidence.Judge: every source quiet; before the
 // tail's end only if every source sent enough to fit a rate, past it for
-// as long as a source keeps sending); without evidence, at its tail's end.
+// as long as a source keeps sending). Without evidence it closes at its
+// tail's end, or a tail after the latest arrival any earlier evidence
+// weighed for it (m.LastArrival) if that is later: evidence that held a
+// route open and then went missing (an ask without a summary, an agent
+// that cannot see) never lets it close at once.
 //
 // Error policy (design rule 1): with Err set, the route keeps the phase its
 // last good read gives it, except that it never becomes closed. A route
@@ -120,7 +127,8 @@ type Assessment struct {
 // after the tail closes the route at once. Closing on a stale observation
 // would release on the strength of a read the gate could not repeat: errors
 // may lengthen a wait up to the deadline and never shorten one.
-func Assess(now time.Time, o Observation, outSince time.Time, ev *evidence.Evidence) Assessment {
+func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) Assessment {
+	outSince := m.OutSince
 	r := api.Route{Kind: o.Kind, Name: o.Name}
 	switch {
 	case !o.Synced:
@@ -149,10 +157,13 @@ func Assess(now time.Time, o Observation, outSince time.Time, ev *evidence.Evide
 		if ok {
 			r.Detail, r.QuietBy, r.AskBy = c.Detail, c.QuietBy, c.AskBy
 			if !c.Closed {
-				return Assessment{Phase: PhaseOut, Route: r}
+				return Assessment{Phase: PhaseOut, Route: r, lastArrival: c.LastArrival}
 			}
 			r.State, r.ClosedBy = StateClosed, c.ClosedBy
-			return Assessment{Phase: PhaseClosed, Route: r, Why: c.Why}
+			return Assessment{Phase: PhaseClosed, Route: r, Why: c.Why, lastArrival: c.LastArrival}
+		}
+		if held := m.LastArrival.Add(tail); held.After(end) {
+			return assessHeld(now, o, r, m.LastArrival, held)
 		}
 	}
 	switch {
@@ -168,6 +179,28 @@ func Assess(now time.Time, o Observation, outSince time.Time, ev *evidence.Evide
 	r.State, r.ClosedBy = StateClosed, api.ClosedByTail
 	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end))
 	return Assessment{Phase: PhaseClosed, Route: r, Why: fmt.Sprintf("its %s tail (%s)", o.TailName, tail)}
+}
+
+// assessHeld is Assess for an out route that weighs traffic, with no
+// evidence now, whose earlier evidence saw an arrival at last: it is held
+// until a tail after it (held), past its own tail's end (r.TailEnds).
+func assessHeld(now time.Time, o Observation, r api.Route, last, held time.Time) Assessment {
+	what := fmt.Sprintf("%s since %s; the %s tail (%s) ended at %s, but the pod's traffic evidence, missing now, last saw an arrival at %s",
+		o.What, api.Stamp(r.Since), o.TailName, max(o.Tail, 0), api.Stamp(*r.TailEnds), api.Stamp(last))
+	switch {
+	case now.Before(held):
+		r.QuietBy = &held
+		r.Detail = what + fmt.Sprintf(": open a tail after it, until %s", api.Stamp(held)) + api.LastReadFailed(o.Err)
+		return Assessment{Phase: PhaseOut, Route: r}
+	case o.Err != nil:
+		r.Detail = what + fmt.Sprintf(", a tail before %s, but the last read failed (%v): open until a successful read confirms the pod is still out",
+			api.Stamp(held), o.Err)
+		return Assessment{Phase: PhaseOut, Route: r}
+	}
+	r.State, r.ClosedBy = StateClosed, api.ClosedByTraffic
+	r.Detail = what + fmt.Sprintf(", and a tail after it ended at %s", api.Stamp(held))
+	return Assessment{Phase: PhaseClosed, Route: r,
+		Why: fmt.Sprintf("a tail after its last arrival seen (evidence missing), %s past its %s tail's end", held.Sub(*r.TailEnds).Round(100*time.Millisecond), o.TailName)}
 }
 
 // notObserved is the assessment of a remembered route that no source

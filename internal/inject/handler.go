@@ -74,9 +74,16 @@ type Handler struct {
 	// how much longer than Settings.MaxWait its routes may need (the server
 	// answers with its NLB tail beyond the ALB one for a pod behind an
 	// NLB); why names the route, for the log. A pod's max-wait annotation
-	// still wins. An error is logged and the pod gets Settings.MaxWait: a
-	// lookup never fails an admission.
+	// still wins. An error says the routes could not be sized: extra is
+	// then the longest they may need, which the pod gets, and the
+	// admission says so in a warning (and NotSized): a lookup never fails
+	// an admission, nor shortens the pod's wait.
 	ExtraWait func(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
+
+	// NotSized, when set before serving, is told of every pod whose
+	// max-wait could not be sized from its routes (ExtraWait's error), as
+	// NotInjected is of pods not injected; Why is the warning's reason.
+	NotSized func(ctx context.Context, n NotInjected)
 
 	// NotInjected, when set before serving, is told of every pod CREATE
 	// admitted with a "not injected" warning. The warning goes back to
@@ -173,7 +180,8 @@ func (h *Handler) review(ctx context.Context, body []byte) (*admissionv1.Admissi
 	if failure != nil {
 		return nil, failure
 	}
-	h.tellNotInjected(ctx, req, out.Warnings)
+	h.tell(ctx, req, out.Warnings, notInjectedPrefix, h.NotInjected)
+	h.tell(ctx, req, out.Warnings, notSizedPrefix, h.NotSized)
 	out.UID = req.UID
 	return &admissionv1.AdmissionReview{TypeMeta: reviewType(in.APIVersion), Response: out}, nil
 }
@@ -204,7 +212,7 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 		log.Debug("not wanted")
 		return allowed(warnings...), nil
 	}
-	s = h.sizeMaxWait(ctx, log, &pod, s)
+	s, unsized := h.sizeMaxWait(ctx, log, &pod, s)
 	s = h.fitInstaller(ctx, log, &pod, s)
 	out, ws, err := Mutate(&pod, s)
 	if err != nil {
@@ -212,6 +220,9 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 		return nil, &httpError{http.StatusInternalServerError, err.Error()}
 	}
 	warnings = append(warnings, ws...)
+	if unsized != "" && out != &pod {
+		warnings = append(warnings, unsized)
+	}
 	if out == &pod {
 		log.Info("not injected", "warnings", ws)
 		return allowed(warnings...), nil
@@ -257,24 +268,28 @@ func decodePod(log *slog.Logger, req *admissionv1.AdmissionRequest, pod *corev1.
 }
 
 // sizeMaxWait adds to s.MaxWait (defaultMaxWait when unset) how much longer
-// ExtraWait says the pod's routes may need. A failed lookup only logs and
-// leaves s as it is: a lookup never fails an admission.
-func (h *Handler) sizeMaxWait(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) Settings {
+// ExtraWait says the pod's routes may need. When ExtraWait could not size
+// them it adds the longest they may need, and returns the warning that
+// says so (a lookup never fails an admission, nor shortens a wait).
+func (h *Handler) sizeMaxWait(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) (Settings, string) {
 	if h.ExtraWait == nil {
-		return s
+		return s, ""
 	}
 	extra, why, err := h.ExtraWait(ctx, pod)
-	switch {
-	case err != nil:
-		log.Warn("sizing max-wait from the pod's routes failed; the default applies", "error", err, "max_wait", s.MaxWait)
-	case extra > 0:
+	if extra > 0 {
 		if s.MaxWait == 0 {
 			s.MaxWait = defaultMaxWait
 		}
 		s.MaxWait += extra
+	}
+	if err != nil {
+		log.Warn("could not size max-wait from the pod's routes; it gets the longest they may need", "error", err, "max_wait", s.MaxWait)
+		return s, fmt.Sprintf("%s%s; sized for the longest they may need: %s", notSizedPrefix, api.OneLine(err.Error()), cmp.Or(why, "the default"))
+	}
+	if extra > 0 {
 		log.Info("max-wait sized from the pod's routes", "max_wait", s.MaxWait, "why", why)
 	}
-	return s
+	return s, ""
 }
 
 // fitInstaller fits the installer init container's resources to the pod's
@@ -363,15 +378,15 @@ func allow(apiVersion string, uid types.UID, warnings ...string) *admissionv1.Ad
 // warnings, with what the pod's metadata says of it. The metadata decodes
 // on its own (no resource quantities in it), so a pod that did not decode
 // whole still names its owner.
-func (h *Handler) tellNotInjected(ctx context.Context, req *admissionv1.AdmissionRequest, warnings []string) {
-	if h.NotInjected == nil || req.DryRun != nil && *req.DryRun {
+func (h *Handler) tell(ctx context.Context, req *admissionv1.AdmissionRequest, warnings []string, prefix string, fn func(context.Context, NotInjected)) {
+	if fn == nil || req.DryRun != nil && *req.DryRun {
 		return // a dry run has no side effects (sideEffects: None)
 	}
-	i := slices.IndexFunc(warnings, func(w string) bool { return strings.HasPrefix(w, notInjectedPrefix) })
+	i := slices.IndexFunc(warnings, func(w string) bool { return strings.HasPrefix(w, prefix) })
 	if i < 0 {
 		return
 	}
-	n := NotInjected{Namespace: req.Namespace, Name: req.Name, Why: strings.TrimPrefix(warnings[i], notInjectedPrefix)}
+	n := NotInjected{Namespace: req.Namespace, Name: req.Name, Why: strings.TrimPrefix(warnings[i], prefix)}
 	var obj struct {
 		Metadata struct {
 			Name, Namespace, GenerateName string
@@ -388,5 +403,5 @@ func (h *Handler) tellNotInjected(ctx context.Context, req *admissionv1.Admissio
 			}
 		}
 	}
-	h.NotInjected(ctx, n)
+	fn(ctx, n)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -468,8 +469,9 @@ func FuzzHandler(f *testing.F) {
 
 // TestHandlerSizesMaxWaitFromRoutes: ExtraWait lengthens the agent's
 // max-wait (and with it the grace period) for a pod whose routes need it,
-// a pod's max-wait annotation still wins, and a failed lookup leaves the
-// default without failing the admission.
+// a pod's max-wait annotation still wins, a lookup that could not size the
+// routes gives the longest they may need, and says so in a warning and to
+// NotSized, and a failed lookup never fails the admission.
 func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
 	patched := func(t *testing.T, pod *corev1.Pod, extra func(context.Context, *corev1.Pod) (time.Duration, string, error)) *corev1.Pod {
 		t.Helper()
@@ -506,6 +508,21 @@ func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
 	}
 	if got, want := maxWaitOf(patched(t, webPod(), failing)), maxWaitOf(plain); got != want {
 		t.Errorf("max-wait after a failed lookup %q, want the default %q", got, want)
+	}
+	unsure := func(context.Context, *corev1.Pod) (time.Duration, string, error) {
+		return 280 * time.Second, "the NLB tail (5m0s), the longest", errors.New("the TargetGroupBinding cache has not synced yet")
+	}
+	h := NewHandler(func() Settings { return testSettings() }, optedIn().lookup, nil)
+	h.ExtraWait = unsure
+	var told []NotInjected
+	h.NotSized = func(_ context.Context, n NotInjected) { told = append(told, n) }
+	resp := answer(t, post(h, reviewBody(t, webPod(), nil)), "admission.k8s.io/v1")
+	if got := maxWaitOf(patchedPod(t, webPod(), resp.Patch)); got != "6m10s" {
+		t.Errorf("max-wait when the routes could not be sized %q, want the longest, 6m10s", got)
+	}
+	if !slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, "not sized") && strings.Contains(w, "has not synced") }) ||
+		len(told) != 1 || !strings.Contains(told[0].Why, "has not synced") {
+		t.Errorf("warnings %q, told %+v: want both to say the routes could not be sized, and why", resp.Warnings, told)
 	}
 }
 

@@ -64,6 +64,7 @@ const (
 	installerMemory   = "16Mi"
 	warnPrefix        = "draingate: "
 	notInjectedPrefix = warnPrefix + "not injected: "
+	notSizedPrefix    = warnPrefix + "max-wait not sized from the pod's routes: "
 )
 
 // Settings are the injector's configuration, the same for every pod except

@@ -12,8 +12,8 @@
 //
 //  1. Make a folder internal/route/<kind> with a type implementing Kind
 //     (its flags, their validation, its tails, Open) and one implementing
-//     Source (Transform, Start, Ready, Observe, Forget, AdmissionWait,
-//     Close). Source.Kind names the routes in verdicts.
+//     Source (Transform, Start, Ready, Observe, Forget, Drop,
+//     AdmissionWait, Close). Source.Kind names the routes in verdicts.
 //  2. Add one line to the list in internal/server/kinds.go.
 //  3. If it needs to know something another kind knows (which Services
 //     list a pod, say), find it at Start among Host.Sources through a small
@@ -101,8 +101,8 @@ type Host struct {
 
 // Source observes the routes of one kind for terminating pods. The cache
 // calls Transform for every object it stores; the server calls Start once,
-// then Ready, Observe and Forget, those three under its own lock, and
-// Close at shutdown; the injection webhook calls AdmissionWait.
+// then Ready, Observe, Forget and Drop, those under its own lock, and Close
+// at shutdown; the injection webhook calls AdmissionWait.
 type Source interface {
 	// Kind names the source's routes (api.Route.Kind).
 	Kind() string
@@ -115,33 +115,47 @@ type Source interface {
 	// Ready says why the source cannot observe yet (nil once it can).
 	Ready() error
 	// Observe returns one observation for every route of the pod, at least
-	// one for each name in known (the routes this source reported for this
-	// pod before: a route stays a route after its owner drops the pod).
-	// waiting says the pod's agent is asking: a source may do costly work
-	// (AWS polls) only then. An error means no observation at all: the
-	// gate answers no verdict rather than one that forgets a route.
-	Observe(ctx context.Context, pod *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error)
+	// one for each route in known (the routes this source reported for
+	// this pod before, in this server or another replica: a route stays a
+	// route after its owner drops the pod, and WasRoute says the pod was
+	// seen in it). waiting says the pod's agent is asking: a source may do
+	// costly work (AWS polls) only then. An error means no observation at
+	// all: the gate answers no verdict rather than one that forgets a
+	// route.
+	Observe(ctx context.Context, pod *corev1.Pod, known []gate.Known, waiting bool) ([]gate.Observation, error)
 	// Forget tells the source that nobody waits for the pod any more (its
-	// agent stopped asking, or the pod is gone): it may stop work done for
-	// it. A later Observe with waiting starts it again.
+	// agent stopped asking): it may stop costly work done for it, and must
+	// keep what it knows of the pod's routes. A later Observe with waiting
+	// starts the work again.
 	Forget(pod PodKey)
+	// Drop tells the source that the pod is gone: it may forget everything
+	// about it.
+	Drop(pod PodKey)
 	// AdmissionWait is how much longer than the configured max-wait a pod
 	// being created may need on this kind's routes (zero: no longer), and
 	// why, naming the route, for the log. The webhook sizes the pod's
-	// max-wait and grace period with the longest of every kind's; an error
-	// leaves the default, so a lookup never fails an admission.
+	// max-wait and grace period with the longest of every kind's. It reads
+	// only what the source caches. An error says the kind could not size
+	// the pod (its cache not synced, a Service not seen yet): extra is
+	// then its longest tail's, which the webhook applies and says so; a
+	// lookup never fails an admission, nor shortens its pod's wait.
 	AdmissionWait(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
 	// Close stops the source's background work; the server calls it once,
 	// at shutdown.
 	Close()
 }
 
-// ServiceLister is what a source that follows Services' endpoints
-// (endpointslice) offers other kinds: which Services list a pod, and how.
+// ServiceLister is what a source that follows Services and their
+// endpoints (endpointslice) offers other kinds: which Services list a pod,
+// and how, and which would select a pod being created.
 type ServiceLister interface {
 	// ServiceEndpoints returns the pod's endpoint in each Service of its
 	// namespace whose slices list it, by the Service's name.
 	ServiceEndpoints(ctx context.Context, pod *corev1.Pod) (map[string]Endpoint, error)
+	// Selects says, from the cache, whether the Service namespace/name
+	// selects pods with these labels; found is false when the cache has
+	// no such Service (yet).
+	Selects(ctx context.Context, namespace, name string, podLabels map[string]string) (selects, found bool, err error)
 }
 
 // Endpoint is a pod's endpoint in one Service: the most "in" one where

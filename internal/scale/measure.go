@@ -65,6 +65,9 @@ func (r *run) measure(ctx context.Context) (Result, error) {
 	_ = poll(ctx, cfg.ReleaseTimeout, func() bool { return ag.count() == len(r.waiters) })
 	r.tallyReleases(&res, ag.snapshot(), changed)
 	res.AgentErrors += int(ag.errors.Load())
+	// The shared route memory's Lease writes so far, all waiters released
+	// (the deletes come when the pods go, after the run).
+	res.LeaseWrites, _ = srv.metricSum(ctx, "draingate_ledger_writes_total")
 	for action, n := range r.emu.CallsBy()[accessKey] {
 		if action != "DescribeTargetHealth" {
 			res.OtherCalls += n
@@ -338,7 +341,8 @@ func (r *run) startServer(ctx context.Context) (*server, error) {
 		"--kubeconfig", r.env.Kubeconfig,
 		"--listen", "127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-listen", "127.0.0.1:"+strconv.Itoa(ports[1]),
 		"--elbv2-endpoint", r.emuURL, "--aws-region", "us-east-1",
-		"--wait-api-sources", "any", "--tail-endpointslice", "0", "--tail-alb", "0", "--log-format", "json", "--profiling")
+		"--wait-api-sources", "any", "--tail-endpointslice", "0", "--tail-alb", "0", "--log-format", "json", "--profiling",
+		"--namespace", r.namespaces[0])
 	s.cmd.Env = []string{"AWS_ACCESS_KEY_ID=" + accessKey, "AWS_SECRET_ACCESS_KEY=scale", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "HOME=/nonexistent"}
 	s.cmd.Env = append(s.cmd.Env, r.cfg.ServerEnv...)
@@ -463,6 +467,26 @@ func (s *server) metric(ctx context.Context, name string) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in the metrics", name)
+}
+
+// metricSum adds up every series of one metric (its labels whatever
+// they are) from the server's metrics.
+func (s *server) metricSum(ctx context.Context, name string) (int, error) {
+	status, body, err := get(ctx, http.DefaultClient, s.metrics)
+	if err != nil || status != http.StatusOK {
+		return 0, fmt.Errorf("metrics: %d %v", status, err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			f, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndex(rest, " ")+1:]), 64)
+			if err != nil {
+				return 0, err
+			}
+			sum += f
+		}
+	}
+	return int(sum), nil
 }
 
 // saveHeapProfile writes the server's heap profile (its live objects

@@ -38,6 +38,10 @@ func WriteTable(w io.Writer, rs []Result) error {
 		if len(r.ServerEnv) > 0 {
 			fmt.Fprintf(w, "- %d pods, %d waiters: the server ran with %s\n", r.Pods, r.Waiters, strings.Join(r.ServerEnv, " "))
 		}
+		if r.LeaseWrites > 0 {
+			fmt.Fprintf(w, "- %d pods, %d waiters: %d writes of the shared route memory's Leases until every waiter was released (%.1f per waiter; their deletes come as the pods go)\n",
+				r.Pods, r.Waiters, r.LeaseWrites, float64(r.LeaseWrites)/float64(max(r.Waiters, 1)))
+		}
 	}
 	for _, s := range Slopes(rs) {
 		fmt.Fprintf(w, "- %d waiters: RSS grows %.0f bytes per pod (Go heap in use: %.0f bytes per pod), least squares over %d sizes\n",

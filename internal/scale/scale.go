@@ -141,6 +141,10 @@ type Result struct {
 	OtherCalls int
 	// AgentErrors counts the agents' asks answered with anything but 200.
 	AgentErrors int
+	// LeaseWrites counts the server's writes of the shared route memory
+	// (a Lease per waiting pod, in the run's first namespace), every
+	// waiter released: creates and updates, conflicts and errors included.
+	LeaseWrites int
 }
 
 // serverRate is the server's default --aws-rate, the budget the run

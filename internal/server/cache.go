@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/route"
 )
 
@@ -21,7 +22,7 @@ func transform(sources []route.Source) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
-			return &corev1.Pod{
+			out := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: o.Name, Namespace: o.Namespace, UID: o.UID, ResourceVersion: o.ResourceVersion,
 					DeletionTimestamp: o.DeletionTimestamp, DeletionGracePeriodSeconds: o.DeletionGracePeriodSeconds,
@@ -35,7 +36,13 @@ func transform(sources []route.Source) func(any) (any, error) {
 				// a pod's address is its node's, which proves nothing to
 				// the wait API (see pods.authorize).
 				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
-			}, nil
+			}
+			// The injector's mark: the pod has the agent, and its memory
+			// is shared among replicas from its first observation.
+			if v := o.Annotations[inject.AnnotationInjected]; v != "" {
+				out.Annotations = map[string]string{inject.AnnotationInjected: v}
+			}
+			return out, nil
 		case *metav1.PartialObjectMetadata:
 			return transformNamespace(o), nil
 		}

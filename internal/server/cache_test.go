@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/route"
 )
 
@@ -37,6 +39,11 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "node-1", HostNetwork: true, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}},
 			HostIP: "192.168.0.5", HostIPs: []corev1.HostIP{{IP: "192.168.0.5"}}},
+	}
+	injected := pod.DeepCopy()
+	injected.Annotations[inject.AnnotationInjected] = "v1"
+	if o, _ := tr(injected); !maps.Equal(o.(*corev1.Pod).Annotations, map[string]string{inject.AnnotationInjected: "v1"}) {
+		t.Errorf("pod transform: annotations %v, want the injector's mark alone (the pod's memory is shared)", o.(*corev1.Pod).Annotations)
 	}
 	o, _ := tr(pod)
 	p := o.(*corev1.Pod)
@@ -69,8 +76,8 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	}
 	local := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, Selector: map[string]string{"app": "web"}}}
-	if s := must(tr(local)).(*corev1.Service); s.Labels != nil || s.Spec.Selector != nil || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		t.Errorf("a Service did not go through the EndpointSlice source's transform, keeping its type and policy: %+v", s)
+	if s := must(tr(local)).(*corev1.Service); s.Labels != nil || s.Spec.Selector["app"] != "web" || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		t.Errorf("a Service did not go through the EndpointSlice source's transform, keeping its type, policy and selector (admission sizing): %+v", s)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}
 	if o, _ = tr(cm); o != any(cm) {

@@ -34,6 +34,9 @@ import (
 // (see envflag); a flag on the command line wins.
 type serveFlags struct {
 	kubeconfig, listen, metricsListen string
+	namespace                         string
+	kubeQPS                           float64
+	kubeBurst                         int
 	maxWait, reserve                  time.Duration
 	logFormat                         string
 	trafficEvidence, profiling        bool
@@ -60,11 +63,14 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, else the in-cluster ServiceAccount")
 	fs.StringVar(&f.listen, "listen", ":8080", "address of the wait API, /healthz and /readyz")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address of /metrics; empty: no metrics listener")
+	fs.StringVar(&f.namespace, "namespace", "", "draingate's own namespace, where the replicas share when each waiting pod's routes went out (a Lease per pod), so that a second replica or a restart never starts a tail again; empty: the pod's own namespace when running in a pod, else nothing is shared")
+	fs.Float64Var(&f.kubeQPS, "kube-api-qps", 50, "Kubernetes API requests per second the server may make (Events, the shared route memory, token reviews, live reads); a 1,000-pod rollout writes about six per pod")
+	fs.IntVar(&f.kubeBurst, "kube-api-burst", 100, "Kubernetes API requests the server may make at once, above --kube-api-qps")
 	for _, k := range routes {
 		k.Flags(fs)
 	}
 	fs.BoolVar(&f.trafficEvidence, "traffic-evidence", true, "weigh the traffic the agents see arriving at their pods: a target group route closes once every load balancer source has gone quiet (before its tail when all of them sent enough to fit a rate, after it while one still sends); false: tails alone")
-	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from; others get 403) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
+	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from, or with a token bound to the pod; others get the answer about an unknown pod) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
 	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", evidence.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
@@ -103,6 +109,12 @@ func (f *serveFlags) validate() error {
 	if zero && len(tails) > 0 {
 		errs = append(errs, fmt.Errorf("%s are all zero: every route would close the moment its owner took the pod out, which no load balancer does; "+
 			"give at least one a length (a zero tail is fine for some kinds)", andList(tails)))
+	}
+	if !(f.kubeQPS > 0) {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %s", strconv.FormatFloat(f.kubeQPS, 'g', -1, 64)))
+	}
+	if f.kubeBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst must be at least 1, got %d", f.kubeBurst))
 	}
 	if f.waitAPISources != SourcesPod && f.waitAPISources != SourcesAny {
 		errs = append(errs, fmt.Errorf("--wait-api-sources must be %s or %s, got %q", SourcesPod, SourcesAny, f.waitAPISources))
@@ -234,9 +246,11 @@ func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Opti
 	if err != nil {
 		return Options{}, err
 	}
+	kube.QPS, kube.Burst = float32(f.kubeQPS), f.kubeBurst
 	o := Options{
 		Kube:            kube,
 		Routes:          f.routes,
+		Namespace:       ownNamespace(f.namespace),
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
 		IgnoreTraffic:   !f.trafficEvidence,
@@ -310,6 +324,19 @@ func kubeConfig(path string, getenv func(string) string) (*rest.Config, error) {
 		return nil, fmt.Errorf("not running in a pod (%v): give --kubeconfig or set KUBECONFIG", err)
 	}
 	return c, nil
+}
+
+// ownNamespace is --namespace, or the namespace the server's pod runs in
+// ("" outside a pod).
+func ownNamespace(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // serviceAccountNamespace is where the in-cluster ServiceAccount lives.

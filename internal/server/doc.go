@@ -25,12 +25,18 @@
 // metrics.go, cli.go.
 //
 // What it keeps per terminating pod is gate.Memory (when it was first seen
-// terminating; every route it had, and when each owner took it out) and
-// whether its agent asks. None of it is persisted. A restarted server sees
-// terminating pods afresh: terminating endpoints stay listed in their
-// slices until the pod is gone, so it finds the same routes, and every
-// tail starts again from its first observation. A restart can lengthen a
-// wait, never shorten one.
+// terminating; every route it had, whether the pod was seen in it, and
+// when each owner took it out) and whether its agent asks. For a pod whose
+// agent waits, the memory is shared with every other replica through a
+// Lease in draingate's namespace (internal/ledger, Options.Namespace):
+// each decision starts from the union of every replica's observations, so
+// the first to see a route go out sets when its tail started, and a second
+// replica or a restart continues it instead of starting its own. Without
+// the Lease (no namespace, or no access) a replica decides from its own
+// memory: terminating endpoints stay listed in their slices until the pod
+// is gone, so a restarted replica finds the same routes, and every tail
+// starts again from its own first observation. Missing shared memory can
+// lengthen a wait, never shorten one.
 //
 // AWS calls: a target group is polled only while a pod that has a route
 // through it is waiting (its agent asked in the last Options.Linger), one

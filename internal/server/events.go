@@ -18,6 +18,10 @@ const (
 	// EventNotInjected is on a pod's owner (or its namespace): the webhook
 	// admitted the pod without the agent.
 	EventNotInjected = "DraingateNotInjected"
+	// EventNotSized is on a pod's owner (or its namespace): the webhook
+	// could not size the pod's max-wait from its routes and gave it the
+	// longest they may need.
+	EventNotSized = "DraingateMaxWaitNotSized"
 )
 
 // events tells the pod's Events and the log when its wait starts and when

@@ -20,8 +20,9 @@ type metrics struct {
 	closes  *prometheus.CounterVec
 	saved   prometheus.Counter
 	// notInjected counts pods the webhook admitted with a "not injected"
-	// warning (registered with the webhook).
-	notInjected prometheus.Counter
+	// warning, notSized those whose max-wait it could not size from their
+	// routes (registered with the webhook).
+	notInjected, notSized prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -38,6 +39,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		saved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "draingate_traffic_saved_seconds_total",
 			Help: "Seconds of waiting that traffic evidence saved: for each pod released drained, how much later its routes' tails alone would have released it.",
+		}),
+		notSized: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "draingate_webhook_not_sized_total",
+			Help: "Pods the webhook admitted with a max-wait it could not size from their routes (a cache not synced, a bound Service not seen yet): they got the longest their routes may need, with a warning saying why (also an Event on the pod's owner, or its namespace).",
 		}),
 		notInjected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "draingate_webhook_not_injected_total",

@@ -18,6 +18,7 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
 )
@@ -59,6 +60,10 @@ type pods struct {
 	tracked func(n int)
 	// ready says why the gate cannot answer yet (nil once it can).
 	ready func() error
+	// shared, when set, is where every replica keeps what the gate
+	// remembers of each pod whose agent waits (internal/ledger): each
+	// decision starts from the union of every replica's observations.
+	shared sharedMemory
 	// ignoreTraffic drops the agents' traffic evidence; epsilon is the
 	// false-quiet chance the gate accepts with it.
 	ignoreTraffic bool
@@ -85,6 +90,14 @@ type pods struct {
 	liveReads map[types.UID]time.Time // a pod's last live read (mayReadLive)
 }
 
+// sharedMemory is the replicas' shared memory of each pod (ledger.Ledger).
+type sharedMemory interface {
+	Record(uid types.UID) ledger.Record
+	Note(uid types.UID, r ledger.Record)
+	Drop(uid types.UID)
+	Pods() map[types.UID]string
+}
+
 // podState is what the server keeps about one terminating pod.
 type podState struct {
 	key   route.PodKey
@@ -99,6 +112,9 @@ type podState struct {
 	timer   *time.Timer
 	// startNoted and releaseNoted: the pod's Events were written.
 	startNoted, releaseNoted bool
+	// shared says the pod's memory is shared with the other replicas (see
+	// pods.shared): it carries the agent, or its agent asked.
+	shared bool
 }
 
 func newPods() *pods {
@@ -146,6 +162,7 @@ func (p *pods) stateLocked(pod *corev1.Pod, now time.Time) *podState {
 		p.countNS(key.Namespace, 1)
 		p.count()
 	}
+	st.shared = st.shared || pod.Annotations[inject.AnnotationInjected] != ""
 	return st
 }
 
@@ -155,12 +172,17 @@ func (p *pods) stateLocked(pod *corev1.Pod, now time.Time) *podState {
 // nothing and is returned: a route the sources could not report may be
 // missing, so no verdict rather than one that forgets it (rule 1).
 func (p *pods) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time) (api.Verdict, error) {
+	mem := st.mem
+	shared := p.shared != nil && st.shared
+	if shared {
+		mem = p.shared.Record(pod.UID).Merge(mem)
+	}
 	var obs []gate.Observation
 	for _, src := range p.sources {
 		if err := src.Ready(); err != nil {
 			return api.Verdict{}, err
 		}
-		o, err := src.Observe(ctx, pod, st.mem.Known(src.Kind()), !st.asked.IsZero())
+		o, err := src.Observe(ctx, pod, mem.Known(src.Kind()), !st.asked.IsZero())
 		if err != nil {
 			return api.Verdict{}, err
 		}
@@ -168,8 +190,15 @@ func (p *pods) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, 
 	}
 	gp := p.gatePod(pod)
 	gp.Traffic = st.traffic
-	v, mem := gate.Step(now, gp, st.mem, obs)
-	st.mem = mem
+	v, next := gate.Step(now, gp, mem, obs)
+	if shared {
+		tails := map[gate.RouteKey]time.Duration{}
+		for _, o := range obs {
+			tails[gate.RouteKey{Kind: o.Kind, Name: o.Name}] = max(o.Tail, 0)
+		}
+		p.shared.Note(pod.UID, ledger.Of(st.key.String(), mem, next, now, tails))
+	}
+	st.mem = next
 	if st.timer != nil {
 		st.timer.Stop()
 		st.timer = nil
@@ -258,7 +287,7 @@ func (p *pods) authorize(ctx context.Context, req api.DrainRequest, c waitapi.Ca
 		}
 	}
 	if c.Token != "" && p.tokens != nil {
-		b, err := p.tokens.podOf(ctx, c.Token)
+		b, err := p.tokens.podOf(ctx, c.Token, c.Addr)
 		switch {
 		case errors.Is(err, errTokenRefused):
 			return fmt.Errorf("%w: %w", waitapi.ErrForbidden, err)
@@ -308,7 +337,7 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 		return api.Verdict{}, errors.New("the server is shutting down")
 	}
 	st := p.stateLocked(pod, now)
-	st.asked = now
+	st.asked, st.shared = now, true
 	// Each ask replaces the evidence, once: the wait API calls Verdict
 	// again during a long-poll with the same request, whose summary must
 	// keep the time it arrived (re-reading its ages against a later clock
@@ -445,8 +474,9 @@ func (p *pods) signal(key string) {
 }
 
 // sweep is the janitor's round: it forgets pods no longer in the cache
-// (a delete event that raced a verdict re-making the state), and tells the
-// sources to stop working for pods whose agents stopped asking.
+// (a delete event that raced a verdict re-making the state), tells the
+// sources to stop working for pods whose agents stopped asking, and drops
+// the shared records of pods that are gone.
 func (p *pods) sweep(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -461,6 +491,27 @@ func (p *pods) sweep(now time.Time) {
 		}
 		st.asked = time.Time{}
 		p.forget(st)
+	}
+	p.sweepSharedLocked()
+}
+
+// sweepSharedLocked drops the shared records of pods that are gone: a
+// replica that saw the pod go deletes its record, this catches those
+// missed (every replica down at the time, a failed delete).
+func (p *pods) sweepSharedLocked() {
+	if p.shared == nil {
+		return
+	}
+	for uid, name := range p.shared.Pods() {
+		ns, n, ok := strings.Cut(name, "/")
+		if !ok {
+			p.shared.Drop(uid)
+			continue
+		}
+		pod, err := p.get(context.Background(), ns, n)
+		if apierrors.IsNotFound(err) || err == nil && pod.UID != uid {
+			p.shared.Drop(uid)
+		}
 	}
 }
 
@@ -484,7 +535,8 @@ func (p *pods) podDeleted(o any) {
 	p.signal(key)
 }
 
-// dropLocked forgets a pod: its timer stops and the sources forget it.
+// dropLocked forgets a pod that is gone: its timer stops and the sources
+// drop it.
 func (p *pods) dropLocked(st *podState) {
 	if p.pods[st.key.String()] == st {
 		delete(p.pods, st.key.String())
@@ -494,9 +546,15 @@ func (p *pods) dropLocked(st *podState) {
 	if st.timer != nil {
 		st.timer.Stop()
 	}
-	p.forget(st)
+	for _, src := range p.sources {
+		src.Drop(st.key)
+	}
+	if p.shared != nil {
+		p.shared.Drop(types.UID(st.key.UID))
+	}
 }
 
+// forget tells the sources that nobody waits for the pod any more.
 func (p *pods) forget(st *podState) {
 	for _, src := range p.sources {
 		src.Forget(st.key)

@@ -54,7 +54,11 @@ func (s *scripted) AdmissionWait(context.Context, *corev1.Pod) (time.Duration, s
 	return 0, "", nil
 }
 
-func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
+func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, knownRoutes []gate.Known, waiting bool) ([]gate.Observation, error) {
+	var known []string
+	for _, k := range knownRoutes {
+		known = append(known, k.Name)
+	}
 	if s.block != nil {
 		<-s.block
 	}
@@ -86,6 +90,9 @@ func (s *scripted) Forget(k route.PodKey) {
 	defer s.mu.Unlock()
 	s.forgot = append(s.forgot, k)
 }
+
+// Drop forgets as Forget does, and the pod's routes too (none kept here).
+func (s *scripted) Drop(k route.PodKey) { s.Forget(k) }
 
 func (s *scripted) set(routes map[string]bool) {
 	s.mu.Lock()
@@ -244,7 +251,7 @@ func TestPodsUIDChange(t *testing.T) {
 		if st == first || st.key.UID != "u2" || !st.mem.TerminatingSince.Equal(time.Now()) {
 			t.Fatalf("state after the UID change: %+v", st)
 		}
-		if got := st.mem.Known("test"); !slices.Equal(got, []string{"c"}) {
+		if got := st.mem.Known("test"); !slices.Equal(got, []gate.Known{{Name: "c", WasRoute: true}}) {
 			t.Errorf("the new pod inherited routes: %v", got)
 		}
 		if !slices.Contains(r.src.forgot, first.key) {
@@ -341,7 +348,8 @@ func TestPodsObserveError(t *testing.T) {
 // TestPodsEvidenceIsTheAsksOwn: an ask's traffic summary is read once, at
 // its arrival: judging the same ask again later (a long-poll) does not
 // move its arrivals; a later ask's summary closes the route on quiet; an
-// ask without one drops the evidence and the tail decides.
+// ask without one drops the evidence, and the route is held a tail after
+// the last arrival the evidence saw.
 func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig()
@@ -380,17 +388,24 @@ func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
 			t.Fatalf("a fresh quiet summary: released %v, closed by %q: %s", v.Released, v.Routes[0].ClosedBy, v.Message)
 		}
 
-		// Another pod incarnation: evidence of recent traffic, then an ask
-		// with none: the tail alone decides, which has passed.
+		// Another pod incarnation: evidence of recent traffic past the
+		// tail, then asks with none: the route is held a tail after the
+		// last arrival seen, not closed at once on the tail that passed.
 		r.put("u2", true)
 		time.Sleep(11 * time.Second)
+		seen := time.Now()
 		v, err := r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u2", Traffic: summary(0)})
 		if err != nil || v.Released {
 			t.Fatalf("busy evidence after the tail: released %v (%v): %s", v.Released, err, v.Message)
 		}
 		v, err = r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u2"})
-		if err != nil || !v.Released || v.Routes[0].ClosedBy != api.ClosedByTail {
-			t.Fatalf("an ask without evidence: released %v (%v), closed by %q: %s", v.Released, err, v.Routes[0].ClosedBy, v.Message)
+		if held := seen.Add(10 * time.Second); err != nil || v.Released || v.Routes[0].QuietBy == nil || !v.Routes[0].QuietBy.Equal(held) {
+			t.Fatalf("an ask without evidence: released %v (%v), quiet by %v, want held until %v: %s", v.Released, err, v.Routes[0].QuietBy, held, v.Message)
+		}
+		time.Sleep(10 * time.Second)
+		v, err = r.Verdict(context.Background(), api.DrainRequest{Namespace: "shop", Pod: "web", UID: "u2"})
+		if err != nil || !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
+			t.Fatalf("a tail after the last arrival, still no evidence: released %v (%v), closed by %q: %s", v.Released, err, v.Routes[0].ClosedBy, v.Message)
 		}
 	})
 }

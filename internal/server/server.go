@@ -29,6 +29,7 @@ import (
 
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
+	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
 )
@@ -41,6 +42,11 @@ type Options struct {
 	// parsed): Kinds() at their defaults when nil. A kind whose Open
 	// returns no source (target groups turned off) is not waited for.
 	Routes []route.Kind
+	// Namespace is draingate's own, where every replica shares what the
+	// gate remembers of each waiting pod, in a Lease per pod (see
+	// internal/ledger). Empty: each replica remembers alone, and a
+	// restart starts every tail again.
+	Namespace string
 	// ShutdownReserve is the part of a pod's grace period left to the app
 	// after a deadline release (default 5 s, also when zero: the command
 	// line refuses zero): the server releases a pod at its
@@ -121,6 +127,7 @@ type Server struct {
 	metrics *metrics
 	sources []route.Source
 	pods    *pods
+	ledger  *ledger.Ledger // nil without Options.Namespace
 }
 
 // New prepares a server: its route sources, cache, clients and metrics.
@@ -157,6 +164,13 @@ func New(o Options) (*Server, error) {
 	s.events = record.NewBroadcaster()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.setUpPods(cs, scheme)
+	if o.Namespace != "" {
+		if s.ledger, err = ledger.New(cs, o.Namespace, o.Registry, o.Log); err != nil {
+			s.shutdown()
+			return nil, fmt.Errorf("server: route memory: %w", err)
+		}
+		s.pods.shared = s.ledger
+	}
 	if w := o.Webhook; w != nil {
 		if w.Certs == nil || w.Listener == nil {
 			s.shutdown()
@@ -243,6 +257,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if s.ledger != nil {
+		if err := s.ledger.Start(ctx, s.pods.routesChanged); err != nil {
+			return fmt.Errorf("server: route memory: %w", err)
+		}
+	} else {
+		s.log.Warn("no namespace of its own (--namespace): each replica remembers terminating pods alone, and a restart starts their tails again")
+	}
 	host := route.Host{Cache: s.cache, Changed: s.pods.routesChanged, Sources: s.sources}
 	for _, src := range s.sources {
 		if err := src.Start(ctx, host); err != nil {
@@ -309,7 +330,7 @@ func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, erro
 		}()
 	}
 	if s.o.Listener != nil {
-		cfg := waitapi.Config{MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown}
+		cfg := waitapi.Config{MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown, Log: s.log}
 		if s.o.WaitAPISources != SourcesAny {
 			cfg.Authorize = s.pods.authorize
 		} else {

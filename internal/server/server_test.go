@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,11 +24,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
@@ -197,7 +200,12 @@ func (f *fixture) serveWith(ctx context.Context, o Options, flags ...string) *ru
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	o.Kube = f.c.Config
+	if o.Kube == nil {
+		o.Kube = f.c.Config
+	}
+	if o.Namespace == "" {
+		o.Namespace = f.ns // the replicas' shared route memory
+	}
 	args := append(slices.Clone(testTails), "--aws-region=us-east-1", "--elbv2-endpoint="+f.emuURL,
 		"--aws-rate=20", "--aws-burst=5", "--poll-interval=200ms")
 	o.Routes = routeKinds(t, append(args, flags...)...)
@@ -293,8 +301,8 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 	// A server as installed answers the pod's own agent only: this test
 	// asks from the host.
 	closed := f.serveWith(ctx, Options{WaitAPISources: SourcesPod})
-	if _, status, body := f.tryAsk(ctx, closed, 0); status != http.StatusForbidden || !strings.Contains(string(body), f.pod.Status.PodIP) {
-		t.Errorf("asked from the host: %d %s; want 403 naming the pod's address", status, body)
+	if _, status, body := f.tryAsk(ctx, closed, 0); status != http.StatusNotFound || !strings.Contains(string(body), "not known") || strings.Contains(string(body), f.pod.Status.PodIP) {
+		t.Errorf("asked from the host: %d %s; want the answer about an unknown pod, not the pod's address", status, body)
 	}
 	closed.stop()
 	r := f.serve(ctx)
@@ -438,10 +446,10 @@ func TestBlueGreenRouteLearntFromTheGroup(t *testing.T) {
 }
 
 // TestRestartMidWait: the target is draining and the first server has
-// started its tail when it is stopped; the second server starts the tail
-// again from its own first observation, so it never releases earlier than
-// a server that had watched from the start would, and earlier than its own
-// observation plus the tail.
+// started its tail when it is stopped; the server started after it
+// continues that tail (the pod's route memory is shared through a Lease in
+// draingate's namespace) instead of starting it again from its own first
+// observation, and releases the pod when that tail ends.
 func TestRestartMidWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -457,10 +465,13 @@ func TestRestartMidWait(t *testing.T) {
 		v = f.ask(ctx, first, 0)
 		return routeStates(v)[group].State == "draining"
 	})
-	firstTail := routeStates(v)[group].TailEnds
+	firstSince, firstTail := routeStates(v)[group].Since, routeStates(v)[group].TailEnds
 	if v.Released || firstTail == nil {
 		t.Fatalf("first server: %+v: want held with the ALB tail running", v)
 	}
+	waitFor(t, ctx, "the first server's memory shared", func() bool {
+		return !sharedOut(t, ctx, f, "targetgroup", f.arn).IsZero()
+	})
 	first.stop()
 
 	second := f.serve(ctx)
@@ -472,11 +483,74 @@ func TestRestartMidWait(t *testing.T) {
 		v = f.ask(ctx, second, 20*time.Second)
 	}
 	g := routeStates(v)[group]
-	if g.State != gate.StateClosed || g.Since.Before(second.startedAt) || !g.TailEnds.After(*firstTail) {
-		t.Errorf("second server released with the target group route %q out since %s, tail ending %v; first server's tail ended %s, second started %s: want the tail counted again from the second server's own observation",
-			g.State, g.Since.Format(time.StampMilli), g.TailEnds, firstTail.Format(time.StampMilli), second.startedAt.Format(time.StampMilli))
+	if g.State != gate.StateClosed || !g.Since.Equal(firstSince) || !g.TailEnds.Equal(*firstTail) {
+		t.Errorf("second server released with the target group route %q out since %s, tail ending %v; the first server saw it out at %s, its tail ending %s: want the first server's tail continued",
+			g.State, g.Since.Format(time.StampMilli), g.TailEnds, firstSince.Format(time.StampMilli), firstTail.Format(time.StampMilli))
 	}
-	t.Logf("first server's tail would have ended %s; second server released: %s", firstTail.Format(time.StampMilli), v.Message)
+	t.Logf("first server's tail ends %s; second server released: %s", firstTail.Format(time.StampMilli), v.Message)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// sharedOut is when the fixture pod's shared record has the route going
+// out (zero if it has not), as the Lease in the fixture's namespace says.
+func sharedOut(t *testing.T, ctx context.Context, f *fixture, kind, name string) time.Time {
+	t.Helper()
+	le, err := f.c.Client.CoordinationV1().Leases(f.ns).Get(ctx, "draingate-pod-"+string(f.pod.UID), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return time.Time{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r ledger.Record
+	if err := json.Unmarshal([]byte(le.Annotations["draingate.dev/record"]), &r); err != nil {
+		t.Fatalf("the Lease's record: %v", err)
+	}
+	for _, x := range r.Routes {
+		if x.Kind == kind && x.Name == name {
+			return x.Out()
+		}
+	}
+	return time.Time{}
+}
+
+// TestReplicasShareWhenARouteWentOut: two replicas against one API server,
+// the agent asking only the first until its target group route is out
+// (the second polls the group only once asked, so it sees the route out
+// later). Asked then, the second counts the tail from the first's
+// observation: a second replica never adds a tail.
+func TestReplicasShareWhenARouteWentOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	a, b := f.serve(ctx), f.serve(ctx)
+	f.deletePod(ctx)
+	group := "targetgroup " + f.arn
+	waitFor(t, ctx, "the first replica holds the pod", func() bool {
+		return routeStates(f.ask(ctx, a, 0))[group].State == "healthy"
+	})
+	if err := f.emu.DeregisterTargets(f.arn, f.target); err != nil {
+		t.Fatal(err)
+	}
+	var va api.Verdict
+	waitFor(t, ctx, "the first replica sees the target draining", func() bool {
+		va = f.ask(ctx, a, 0)
+		return routeStates(va)[group].State == "draining"
+	})
+	since := routeStates(va)[group].Since
+	time.Sleep(2 * time.Second)
+	var vb api.Verdict
+	waitFor(t, ctx, "the second replica sees the route out", func() bool {
+		vb = f.ask(ctx, b, 0)
+		g := routeStates(vb)[group]
+		return vb.Released || !g.Since.IsZero()
+	})
+	if g := routeStates(vb)[group]; !g.Since.Equal(since) {
+		t.Errorf("second replica: the target group route out since %s, first replica %s: want the first observation", g.Since.Format(time.StampMilli), since.Format(time.StampMilli))
+	}
 }
 
 // TestAgentFallbackWithoutServer: the agent in a real pod's preStop hook,
@@ -654,7 +728,25 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 	defer cancel()
 	f := newFixture(t, ctx)
 	albTail, nlbTail := 3*time.Second, time.Minute
-	r := f.serveWith(ctx, Options{}, "--tail-alb="+albTail.String(), "--tail-nlb="+nlbTail.String())
+	// Admission sizing reads the caches only: no request for one Service
+	// (a live read, throttled with the rest of the server's requests,
+	// timed out and left a pod behind an NLB with the default max-wait).
+	var serviceReads atomic.Int64
+	kube := rest.CopyConfig(f.c.Config)
+	kube.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if strings.Contains(req.URL.Path, "/services/") {
+				serviceReads.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	r := f.serveWith(ctx, Options{Kube: kube}, "--tail-alb="+albTail.String(), "--tail-nlb="+nlbTail.String())
+	defer func() {
+		if n := serviceReads.Load(); n != 0 {
+			t.Errorf("%d reads of single Services: admission sizing must read the caches only", n)
+		}
+	}()
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
 	// Nothing asks for the group (no webhook call, no pod draining): the
 	// binding's appearance alone has its type read.
@@ -686,9 +778,10 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 }
 
 // TestHostNetworkAgentShowsItsToken: a hostNetwork pod's address is its
-// node's, so a request from that address alone is refused; a token bound to
-// the pod (TokenReview on the real API server) lets its agent in, and a
-// token bound to another pod or made for another audience does not.
+// node's, so a request from that address alone is refused (answered as
+// about an unknown pod); a token bound to the pod (TokenReview on the real
+// API server) lets its agent in, and a token bound to another pod or made
+// for another audience does not.
 func TestHostNetworkAgentShowsItsToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -744,15 +837,18 @@ func TestHostNetworkAgentShowsItsToken(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
+	// Refused callers get the answer about an unknown pod, word for word;
+	// why is in the server's log.
+	unknown := "is not known to the gate server"
 	for _, tc := range []struct {
 		name, token string
 		status      int
 		says        string
 	}{
-		{"no token, from the node's address", "", http.StatusForbidden, "hostNetwork"},
-		{"a token bound to another pod", token(f.pod, inject.TokenAudience), http.StatusForbidden, "bound to pod " + f.ns + "/web"},
-		{"a token for the API server's audience", token(hostnet, "https://kubernetes.default.svc"), http.StatusForbidden, "does not authenticate"},
-		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", http.StatusForbidden, "does not authenticate"},
+		{"no token, from the node's address", "", http.StatusNotFound, unknown},
+		{"a token bound to another pod", token(f.pod, inject.TokenAudience), http.StatusNotFound, unknown},
+		{"a token for the API server's audience", token(hostnet, "https://kubernetes.default.svc"), http.StatusNotFound, unknown},
+		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", http.StatusNotFound, unknown},
 		{"the pod's own token", token(hostnet, inject.TokenAudience), http.StatusOK, `"released":true`},
 	} {
 		if status, body := ask(tc.token); status != tc.status || !strings.Contains(body, tc.says) {

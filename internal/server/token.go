@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 )
 
@@ -48,6 +50,11 @@ type tokens struct {
 
 	mu    sync.Mutex
 	cache map[[sha256.Size]byte]tokenAnswer
+	// bySource limits the reviews one address may cause (tokens not in
+	// the cache): made-up tokens would otherwise cost a TokenReview each,
+	// and a flood of them would take the API server budget from every
+	// agent.
+	bySource map[netip.Addr]*rate.Limiter
 }
 
 type tokenAnswer struct {
@@ -56,24 +63,37 @@ type tokenAnswer struct {
 	until time.Time
 }
 
-// How long a review's answer is kept, and how many answers at most.
+// How long a review's answer is kept, and how many answers at most; how
+// many reviews one address may cause per second, and at once (a node's
+// hostNetwork agents share its address, and each needs about one review a
+// minute).
 const (
-	tokenOK      = time.Minute
-	tokenRefused = 10 * time.Second
-	tokenCache   = 4096
+	tokenOK           = time.Minute
+	tokenRefused      = 10 * time.Second
+	tokenCache        = 4096
+	reviewsPerSource  = 2
+	reviewsBurst      = 20
+	tokenSourcesLimit = 4096
 )
+
+// errTooManyReviews is a source over its review budget: ask again later.
+var errTooManyReviews = errors.New("too many token reviews asked from this address: ask again later")
 
 // podOf says which pod token is bound to. An error wrapping
 // errTokenRefused says why the token proves nothing; any other error is the
 // API server's (ask again).
-func (t *tokens) podOf(ctx context.Context, token string) (boundPod, error) {
+func (t *tokens) podOf(ctx context.Context, token string, source netip.Addr) (boundPod, error) {
 	key := sha256.Sum256([]byte(token))
 	now := t.now()
 	t.mu.Lock()
 	a, ok := t.cache[key]
+	allowed := ok && now.Before(a.until) || t.allowLocked(source, now)
 	t.mu.Unlock()
 	if ok && now.Before(a.until) {
 		return a.pod, a.err
+	}
+	if !allowed {
+		return boundPod{}, errTooManyReviews
 	}
 	st, err := t.review(ctx, token, t.audience)
 	if err != nil {
@@ -101,6 +121,19 @@ func (t *tokens) podOf(ctx context.Context, token string) (boundPod, error) {
 	t.cache[key] = a
 	t.mu.Unlock()
 	return a.pod, a.err
+}
+
+// allowLocked takes one review from the source's budget, if it has one.
+func (t *tokens) allowLocked(source netip.Addr, now time.Time) bool {
+	if t.bySource == nil || len(t.bySource) >= tokenSourcesLimit {
+		t.bySource = map[netip.Addr]*rate.Limiter{}
+	}
+	l := t.bySource[source]
+	if l == nil {
+		l = rate.NewLimiter(reviewsPerSource, reviewsBurst)
+		t.bySource[source] = l
+	}
+	return l.AllowN(now, 1)
 }
 
 // podOfStatus reads the pod a reviewed token is bound to.

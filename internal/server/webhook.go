@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -92,12 +93,17 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
 	h.ExtraWait = s.admissionWait
 	h.LimitRanges = s.limitRanges
-	s.o.Registry.MustRegister(s.metrics.notInjected)
+	s.o.Registry.MustRegister(s.metrics.notInjected, s.metrics.notSized)
 	rec := s.events.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "draingate-webhook"})
 	h.NotInjected = func(_ context.Context, n inject.NotInjected) {
 		s.metrics.notInjected.Inc()
 		ref, what := notInjectedRef(n)
 		rec.Eventf(ref, corev1.EventTypeWarning, EventNotInjected, "%s admitted without draingate's agent: %s", what, n.Why)
+	}
+	h.NotSized = func(_ context.Context, n inject.NotInjected) {
+		s.metrics.notSized.Inc()
+		ref, what := notInjectedRef(n)
+		rec.Eventf(ref, corev1.EventTypeWarning, EventNotSized, "%s admitted with a max-wait not sized from its routes: %s", what, n.Why)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-pods", h)
@@ -109,23 +115,24 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 
 // admissionWait is how much longer than the configured max-wait a new
 // pod's routes may need: the longest any kind of route asks for (an NLB's
-// tail beyond the ALB one), with why, naming the route. A kind's error is
-// returned: the webhook then gives the pod the default.
+// tail beyond the ALB one), with why, naming the route. The kinds read
+// their caches only. A kind that cannot tell answers its longest tail's
+// and an error: the error is returned beside the longest, which the
+// webhook applies, and says so.
 func (s *Server) admissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	var longest time.Duration
 	var why string
+	var errs []error
 	for _, src := range s.sources {
 		extra, w, err := src.AdmissionWait(ctx, pod)
 		if err != nil {
-			return 0, w, fmt.Errorf("%s routes: %w", src.Kind(), err)
+			errs = append(errs, fmt.Errorf("%s routes: %w", src.Kind(), err))
 		}
 		if extra > longest {
 			longest, why = extra, w
 		}
 	}
-	return longest, why, nil
+	return longest, why, errors.Join(errs...)
 }
 
 // namespaceLabels reads a namespace's labels from the cache.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -51,8 +52,9 @@ var ErrUnknownPod = errors.New("unknown pod")
 var ErrUIDMismatch = errors.New("pod has another uid")
 
 // ErrForbidden is Config.Authorize's answer for a request the server will
-// not answer for that pod (403, with the error's text): the agent stops
-// asking and waits out its fallback.
+// not answer for that pod: 404, as for an unknown pod (the error's text is
+// logged); the agent asks a few times more, as for an unknown pod, then
+// waits out its fallback.
 var ErrForbidden = errors.New("forbidden")
 
 // Defaults for Config's zero values.
@@ -86,8 +88,14 @@ type Config struct {
 	Shutdown <-chan struct{}
 	// Authorize, when set, is asked before anything about the pod is read
 	// or waited for: the request and who sent it. An error wrapping
-	// ErrForbidden is answered 403, ErrUnknownPod 404, any other 503.
+	// ErrForbidden or ErrUnknownPod is answered 404, with the same body
+	// either way (a caller that may not ask about a pod does not learn
+	// whether it exists); any other error 503. Why a request was refused
+	// goes to Log.
 	Authorize func(ctx context.Context, req api.DrainRequest, caller Caller) error
+	// Log, when set, is told why requests were refused by Authorize, at
+	// most one line every refusedLogEvery.
+	Log *slog.Logger
 	// MaxWaitingPerSource caps the long-polls held at once for one source
 	// address, so that one client cannot take the global cap from the
 	// others; past it, its requests are answered at once. Zero or negative
@@ -104,6 +112,11 @@ type handler struct {
 	ready      func() error
 	shutdown   <-chan struct{}
 	authorize  func(ctx context.Context, req api.DrainRequest, caller Caller) error
+	log        *slog.Logger
+
+	refusedMu    sync.Mutex
+	refusedAt    time.Time // when a refusal was last logged
+	refusedQuiet int       // refusals not logged since
 
 	perSource int
 	mu        sync.Mutex
@@ -126,6 +139,7 @@ func NewHandler(g Gate, cfg Config) http.Handler {
 		ready:      cfg.Ready,
 		shutdown:   cfg.Shutdown,
 		authorize:  cfg.Authorize,
+		log:        cfg.Log,
 		perSource:  cfg.MaxWaitingPerSource,
 		bySource:   map[netip.Addr]int{},
 	}
@@ -226,7 +240,9 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.Is(err, ErrForbidden):
 		h.metrics.outcome(OutcomeForbidden)
-		h.fail(w, http.StatusForbidden, fmt.Sprintf("not answering %s about pod %s/%s: %s", remote, req.Namespace, req.Pod, api.Truncate(api.OneLine(err.Error()), 300)), nil, true)
+		h.logRefused(req, remote, err)
+		msg := unknownMessage(req)
+		h.fail(w, http.StatusNotFound, msg, notFound(req, msg), true)
 		return
 	case errors.Is(err, ErrUIDMismatch):
 		h.metrics.outcome(OutcomeUIDMismatch)
@@ -235,7 +251,7 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, ErrUnknownPod):
 		h.metrics.outcome(OutcomeUnknownPod)
-		msg := fmt.Sprintf("pod %s/%s is not known to the gate server (its cache may be behind): ask again", req.Namespace, req.Pod)
+		msg := unknownMessage(req)
 		h.fail(w, http.StatusNotFound, msg, notFound(req, msg), true)
 		return
 	default:
@@ -382,6 +398,37 @@ func uidMismatch(req api.DrainRequest, v api.Verdict) bool {
 // notFound is the verdict sent with a 404 for a pod: not released, reason
 // not-found, so an agent reading the body learns the same as from the
 // status.
+// unknownMessage is the answer about a pod the server does not know, or
+// that the caller may not ask about: the same for both.
+func unknownMessage(req api.DrainRequest) string {
+	return fmt.Sprintf("pod %s/%s is not known to the gate server (its cache may be behind: ask again), "+
+		"or the wait API does not answer this caller about it (only the pod's own agent, from the pod's addresses or with its token)", req.Namespace, req.Pod)
+}
+
+// refusedLogEvery is the least time between two log lines about refused
+// requests: a flood of them costs one line now and then.
+const refusedLogEvery = 10 * time.Second
+
+// logRefused logs why a request was refused, unless it logged one less
+// than refusedLogEvery ago; it counts the ones it did not log.
+func (h *handler) logRefused(req api.DrainRequest, remote netip.Addr, err error) {
+	if h.log == nil {
+		return
+	}
+	h.refusedMu.Lock()
+	now := time.Now()
+	if now.Sub(h.refusedAt) < refusedLogEvery {
+		h.refusedQuiet++
+		h.refusedMu.Unlock()
+		return
+	}
+	quiet := h.refusedQuiet
+	h.refusedAt, h.refusedQuiet = now, 0
+	h.refusedMu.Unlock()
+	h.log.Info("wait API request refused (answered as for an unknown pod)", "pod", req.Namespace+"/"+req.Pod, "from", remote.String(),
+		"why", api.Truncate(api.OneLine(err.Error()), 300), "refused_since_last_line", quiet)
+}
+
 func notFound(req api.DrainRequest, msg string) *api.Verdict {
 	return &api.Verdict{Pod: req.Pod, Namespace: req.Namespace, UID: req.UID, Reason: api.ReasonNotFound, Message: msg}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"draingate.dev/draingate/api"
+	dgtestutil "draingate.dev/draingate/internal/testutil"
 )
 
 const testUID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -763,18 +765,28 @@ func TestNilMetrics(t *testing.T) {
 // never read.
 func TestAuthorize(t *testing.T) {
 	var seen []netip.Addr
+	var log dgtestutil.SyncBuffer
 	f := newFixture(t, Config{Authorize: func(_ context.Context, req api.DrainRequest, c Caller) error {
 		seen = append(seen, c.Addr)
 		if c.Addr != netip.MustParseAddr("10.0.0.7") && c.Token != "pod-token" {
-			return fmt.Errorf("%w: the request comes from %s, not from one of the pod's addresses", ErrForbidden, c.Addr)
+			return fmt.Errorf("%w: the request comes from %s, not from one of the pod's addresses 10.0.0.7", ErrForbidden, c.Addr)
 		}
 		return nil
-	}})
+	}, Log: slog.New(slog.NewTextHandler(&log, nil))})
 	f.gate.set(drained("shop", "web-0"))
+	// A caller that may not ask about a pod gets the answer about a pod
+	// that does not exist: it learns neither that the pod exists nor its
+	// addresses. Why goes to the log.
 	a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", ""), "10.0.0.8:5555")
-	if a.status != http.StatusForbidden || !strings.Contains(a.errorMessage(t), "10.0.0.8") || strings.Contains(string(a.body), "released") {
-		t.Errorf("from another address: %d %s; want 403 naming the source, no verdict", a.status, a.body)
+	unknown := getFrom(t, drainURL(f.srv.URL, "shop", "nobody", ""), "10.0.0.7:5555")
+	if a.status != http.StatusNotFound || unknown.status != http.StatusNotFound ||
+		strings.ReplaceAll(string(a.body), "web-0", "nobody") != string(unknown.body) || strings.Contains(string(a.body), "10.0.0.7") {
+		t.Errorf("from another address: %d %s; about a pod that does not exist: %d %s; want the same answer", a.status, a.body, unknown.status, unknown.body)
 	}
+	if !strings.Contains(log.String(), "10.0.0.8") || !strings.Contains(log.String(), "not from one of the pod's addresses") {
+		t.Errorf("log %q: want why the request was refused", log.String())
+	}
+	seen = seen[:1]
 	if a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", ""), "[::ffff:10.0.0.7]:5555"); a.status != 200 || !a.verdict(t).Released {
 		t.Errorf("from the pod: %d %s", a.status, a.body)
 	}
@@ -784,7 +796,7 @@ func TestAuthorize(t *testing.T) {
 	for _, tc := range []struct {
 		header string
 		status int
-	}{{"Bearer pod-token", 200}, {"bearer  pod-token ", 200}, {"Basic pod-token", 403}, {"pod-token", 403}} {
+	}{{"Bearer pod-token", 200}, {"bearer  pod-token ", 200}, {"Basic pod-token", 404}, {"pod-token", 404}} {
 		if a := getFrom(t, drainURL(f.srv.URL, "shop", "web-0", ""), "10.0.0.8:5555", "Authorization", tc.header); a.status != tc.status {
 			t.Errorf("Authorization %q: %d %s, want %d", tc.header, a.status, a.body, tc.status)
 		}

@@ -21,7 +21,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,13 +81,14 @@ func (s *Source) Kind() string { return Kind }
 
 // Transform implements route.Source: a slice keeps its identity, the
 // Service label, and its endpoints' addresses, conditions, node and pod; a
-// Service its identity, type and traffic policies.
+// Service its identity, type, traffic policies and selector (which pods
+// being created it will list: admission sizing, Selects).
 func (s *Source) Transform(obj any) (any, bool) {
 	if svc, ok := obj.(*corev1.Service); ok {
 		return &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion},
 			Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy,
-				InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy},
+				InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, Selector: svc.Spec.Selector},
 		}, true
 	}
 	sl, ok := obj.(*discoveryv1.EndpointSlice)
@@ -162,6 +165,9 @@ func (s *Source) Ready() error {
 // Forget implements route.Source: the source keeps nothing per pod (what
 // endpoints left fades by itself).
 func (s *Source) Forget(route.PodKey) {}
+
+// Drop implements route.Source, as Forget.
+func (s *Source) Drop(route.PodKey) {}
 
 // AdmissionWait implements route.Source: the EndpointSlice tail is within
 // every pod's max-wait.
@@ -273,6 +279,23 @@ func (s *Source) ServiceEndpoints(ctx context.Context, pod *corev1.Pod) (map[str
 	return out, nil
 }
 
+// Selects implements route.ServiceLister, from the cache.
+func (s *Source) Selects(ctx context.Context, namespace, name string, podLabels map[string]string) (selects, found bool, err error) {
+	if s.cache == nil {
+		return false, false, errors.New("the EndpointSlice source has not started")
+	}
+	var svc corev1.Service
+	err = s.cache.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &svc, client.UnsafeDisableDeepCopy)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, false, nil
+	case err != nil:
+		return false, false, fmt.Errorf("read Service %s/%s from the cache: %w", namespace, name, err)
+	}
+	sel := svc.Spec.Selector
+	return len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)), true, nil
+}
+
 // endpoints returns the pod's endpoints by route name
 // ("namespace/service"): the most "in" one where several slices of one
 // Service list the pod (dual stack).
@@ -307,14 +330,14 @@ func (s *Source) endpoints(ctx context.Context, pod *corev1.Pod) (map[string]End
 // Observe implements route.Source: one route per Service whose slices list
 // the pod, per route its endpoint left less than a tail ago, and per route
 // in known (gone once no slice lists the pod).
-func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _ bool) ([]gate.Observation, error) {
+func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Known, _ bool) ([]gate.Observation, error) {
 	current, err := s.endpoints(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
 	names := map[string]bool{}
-	for _, n := range known {
-		names[n] = true
+	for _, k := range known {
+		names[k.Name] = true
 	}
 	for _, n := range s.leftRecently(pod) {
 		names[n] = true

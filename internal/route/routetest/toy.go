@@ -114,14 +114,14 @@ func (s *Source) Ready() error {
 }
 
 // Observe implements route.Source.
-func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _ bool) ([]gate.Observation, error) {
+func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Known, _ bool) ([]gate.Observation, error) {
 	var list corev1.ConfigMapList
 	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingLabels{Label: "true"}); err != nil {
 		return nil, err
 	}
 	word := map[string]string{}
-	for _, n := range known {
-		word[n] = ""
+	for _, k := range known {
+		word[k.Name] = ""
 	}
 	for _, cm := range list.Items {
 		if v, ok := cm.Data[pod.Name]; ok {
@@ -143,6 +143,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, _
 
 // Forget implements route.Source.
 func (s *Source) Forget(route.PodKey) {}
+
+// Drop implements route.Source.
+func (s *Source) Drop(route.PodKey) {}
 
 // AdmissionWait implements route.Source.
 func (s *Source) AdmissionWait(context.Context, *corev1.Pod) (time.Duration, string, error) {

@@ -25,10 +25,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -64,8 +61,7 @@ const (
 type Options struct {
 	// Poller reads target health and load balancer types.
 	Poller *elbv2.Poller
-	// Kube finds the TargetGroupBinding CRD (discovery) and reads a new
-	// pod's Services live at admission.
+	// Kube finds the TargetGroupBinding CRD (discovery).
 	Kube kubernetes.Interface
 	// ALBTail and NLBTail are the tails per load balancer type (NLB also
 	// for one of unknown type); negative counts as zero.
@@ -93,9 +89,10 @@ type Source struct {
 	// types are the load balancer types the poller reported, by ARN, kept
 	// for AdmissionWait (a new pod's groups are not polled yet).
 	types map[string]string
-	// routes are the groups seen as each pod's route: one stays a route
+	// routes are the groups seen as each pod's route, here or (known's
+	// WasRoute) by another replica or before a restart: one stays a route
 	// once its listing drops the target (its deregistration delay ended)
-	// and no Service lists the pod.
+	// and no Service lists the pod. Kept until the pod is gone (Drop).
 	routes map[route.PodKey]map[string]bool
 }
 
@@ -155,40 +152,22 @@ func (s *Source) Ready() error {
 // other group of the namespace is reported NotRoute once its listing shows
 // no target of the pod; until then it is a route not synced yet, which
 // holds the pod for one poll.
-func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, waiting bool) ([]gate.Observation, error) {
+func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Known, waiting bool) ([]gate.Observation, error) {
 	arns := map[string]bool{}
-	for _, a := range known {
-		arns[a] = true
+	key := route.KeyOf(pod)
+	for _, k := range known {
+		arns[k.Name] = true
+		if k.WasRoute {
+			s.noteRoute(key, k.Name)
+		}
 	}
-	served := map[string]bool{} // groups whose Service lists the pod ready or serving
-	if s.synced.Load() {
-		listed, err := s.services.ServiceEndpoints(ctx, pod)
-		if err != nil {
-			return nil, err
-		}
-		var list unstructured.UnstructuredList
-		list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
-		if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
-		}
-		for i := range list.Items {
-			b := BindingFrom(&list.Items[i])
-			if b.TargetType == "instance" || b.ARN == "" {
-				continue
-			}
-			arns[b.ARN] = true
-			// Listed ready or serving: the controller registers it, or
-			// did. Listed neither (never ready) it never was, and a group
-			// that does not list it either is no route.
-			if e, ok := listed[b.Service]; ok && (e.Ready || e.Serving) {
-				served[b.ARN] = true
-			}
-		}
+	served, err := s.bound(ctx, pod, arns)
+	if err != nil {
+		return nil, err
 	}
 	if len(arns) == 0 {
 		return nil, nil
 	}
-	key := route.KeyOf(pod)
 	ips := route.IPs(pod)
 	out := make([]gate.Observation, 0, len(arns))
 	for _, arn := range slices.Sorted(maps.Keys(arns)) {
@@ -236,6 +215,39 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []string, w
 	return out, nil
 }
 
+// bound adds to arns the groups of the `ip` bindings in the pod's
+// namespace, once their cache synced, and returns those whose Service
+// lists the pod ready or serving.
+func (s *Source) bound(ctx context.Context, pod *corev1.Pod, arns map[string]bool) (served map[string]bool, err error) {
+	served = map[string]bool{}
+	if !s.synced.Load() {
+		return served, nil
+	}
+	listed, err := s.services.ServiceEndpoints(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
+	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+	}
+	for i := range list.Items {
+		b := BindingFrom(&list.Items[i])
+		if b.TargetType == "instance" || b.ARN == "" {
+			continue
+		}
+		arns[b.ARN] = true
+		// Listed ready or serving: the controller registers it, or did.
+		// Listed neither (never ready) it never was, and a group that does
+		// not list it either is no route.
+		if e, ok := listed[b.Service]; ok && (e.Ready || e.Serving) {
+			served[b.ARN] = true
+		}
+	}
+	return served, nil
+}
+
 func (s *Source) noteType(arn, lbType string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -249,27 +261,40 @@ func (s *Source) noteType(arn, lbType string) {
 // groups of a pod being created may need beyond the ALB tail (an NLB's
 // 300 s against 20 s), so that a pod behind an NLB gets a deadline past the
 // NLB's stated worst case and the same headroom for the controller's lag
-// as a pod behind an ALB. It looks at every `ip` binding in the pod's
-// namespace whose Service (read live) selects the pod's labels. A group
+// as a pod behind an ALB. It looks, in the cache, at every `ip` binding in
+// the pod's namespace whose Service selects the pod's labels. A group
 // whose load balancer type the server has not learnt yet (it reads each
 // group's type when its binding appears, and here if it has not yet) takes
 // the NLB tail, the longer by default. why names the group that sets the
-// longest tail. Zero without the CRD or a binding that selects the pod;
-// the pod's routes may still change after its creation, and its deadline
-// does not follow them.
+// longest tail. Zero without the CRD or a binding that selects the pod.
+// When it cannot tell (the bindings' cache not synced, a bound Service
+// not in the cache yet, a cache error) it answers the NLB tail's extra,
+// and the error says why. The pod's routes may still change after its
+// creation, and its deadline does not follow them.
 func (s *Source) AdmissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
 	tail, why, err := s.podTail(ctx, pod)
-	if err != nil || tail <= s.cfg.ALBTail {
+	if err != nil {
+		tail, why = s.cfg.NLBTail, fmt.Sprintf("the NLB tail (%s), the longest, since %v", s.cfg.NLBTail, err)
+	}
+	if tail <= s.cfg.ALBTail {
 		return 0, why, err
 	}
-	return tail - s.cfg.ALBTail, why, nil
+	return tail - s.cfg.ALBTail, why, err
 }
 
 // podTail is the longest tail of the target groups bound to a Service
-// that selects the pod, and the sentence naming it.
+// that selects the pod, and the sentence naming it; an error when the
+// cache cannot tell.
 func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Duration, why string, err error) {
-	if !s.on.Load() || !s.synced.Load() {
+	switch {
+	case !s.known.Load():
+		return 0, "", errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
+	case !s.on.Load():
 		return 0, "", nil
+	case !s.synced.Load():
+		return 0, "", errors.New("the TargetGroupBinding cache has not synced yet")
+	case s.services == nil:
+		return 0, "", errors.New("target-group routes have not started")
 	}
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
@@ -281,14 +306,13 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 		if b.TargetType == "instance" || b.ARN == "" || b.Service == "" {
 			continue
 		}
-		svc, err := s.cfg.Kube.CoreV1().Services(pod.Namespace).Get(ctx, b.Service, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return 0, "", fmt.Errorf("read Service %s/%s: %w", pod.Namespace, b.Service, err)
-		}
-		if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+		selects, found, err := s.services.Selects(ctx, pod.Namespace, b.Service, pod.Labels)
+		switch {
+		case err != nil:
+			return 0, "", err
+		case !found:
+			return 0, "", fmt.Errorf("Service %s/%s, bound to target group %s, is not in the cache (yet)", pod.Namespace, b.Service, b.ARN)
+		case !selects:
 			continue
 		}
 		if t, name := s.tail(s.typeOf(b.ARN)); t > tail {
@@ -342,7 +366,7 @@ func (s *Source) wasRoute(key route.PodKey, arn string) bool {
 	return s.routes[key][arn]
 }
 
-// noteRoute remembers arn as the pod's route until Forget.
+// noteRoute remembers arn as the pod's route until Drop.
 func (s *Source) noteRoute(key route.PodKey, arn string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -353,16 +377,24 @@ func (s *Source) noteRoute(key route.PodKey, arn string) {
 }
 
 // Forget implements route.Source: the pod's groups stop being polled for
-// it.
+// it; which groups were its routes is kept.
 func (s *Source) Forget(pod route.PodKey) {
 	s.mu.Lock()
 	ws := s.waiters[pod]
 	delete(s.waiters, pod)
-	delete(s.routes, pod)
 	s.mu.Unlock()
 	for _, w := range ws {
 		go w.Close() // Close waits for the group's goroutine: never under a caller's lock.
 	}
+}
+
+// Drop implements route.Source: Forget, and which groups were the pod's
+// routes too.
+func (s *Source) Drop(pod route.PodKey) {
+	s.Forget(pod)
+	s.mu.Lock()
+	delete(s.routes, pod)
+	s.mu.Unlock()
 }
 
 // Close implements route.Source: it stops polling for every pod, then

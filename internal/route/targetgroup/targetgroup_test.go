@@ -1,15 +1,20 @@
 package targetgroup
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/sim/lbc"
 )
 
@@ -155,5 +160,32 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	other.SetKind("ConfigMap")
 	if _, ok := New(Options{}).Transform(other); ok {
 		t.Errorf("the target-group source claimed a ConfigMap")
+	}
+}
+
+// TestRoutesOutliveForget: which groups were a pod's routes is kept when
+// nobody waits for it any more (the janitor's Forget), and learnt from
+// what the gate remembers (another replica's, or before a restart); only
+// the pod's going (Drop) forgets it. Else a group whose listing dropped
+// the target, behind a Service that no longer lists the pod, would look
+// like no route at all and release the pod early.
+func TestRoutesOutliveForget(t *testing.T) {
+	s := New(Options{})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1"}}
+	key := route.KeyOf(pod)
+	if _, err := s.Observe(context.Background(), pod, []gate.Known{{Name: "arn:known", WasRoute: true}, {Name: "arn:never"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if !s.wasRoute(key, "arn:known") || s.wasRoute(key, "arn:never") {
+		t.Errorf("from what the gate remembers: arn:known %v (want true), arn:never %v (want false)", s.wasRoute(key, "arn:known"), s.wasRoute(key, "arn:never"))
+	}
+	s.noteRoute(key, "arn:seen")
+	s.Forget(key)
+	if !s.wasRoute(key, "arn:seen") {
+		t.Error("Forget erased the pod's routes")
+	}
+	s.Drop(key)
+	if s.wasRoute(key, "arn:seen") || s.wasRoute(key, "arn:known") {
+		t.Error("Drop kept the pod's routes")
 	}
 }
