@@ -23,6 +23,7 @@ func FuzzParseDrainRequest(f *testing.F) {
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=100;s=::ffff:1.2.3.4,80,1,10,0,10;u=3,50,48,1.2.50",
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250",
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250&traffic-looks=2.1.2.1",
+		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250&traffic-looks=2.1.2.1&traffic-gaps=0.0.1.2",
 	} {
 		f.Add("GET", s)
 	}

@@ -50,8 +50,9 @@ func badRequest(format string, args ...any) error {
 
 // ParseDrainRequest reads a drain request from the method and URL of an HTTP
 // request. Its errors are *RequestError. Query parameters other than uid,
-// wait, traffic, traffic-every-us and traffic-looks (read only beside
-// traffic, the latter only beside traffic-every-us) are ignored,
+// wait, traffic, traffic-every-us, traffic-looks and traffic-gaps (read
+// only beside traffic, the last two only beside traffic-every-us) are
+// ignored,
 // so a newer agent can still ask an older server.
 func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if method != "GET" {
@@ -74,7 +75,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if err != nil {
 		return DrainRequest{}, badRequest("the query string is malformed: %v", err)
 	}
-	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam, trafficLooksParam} {
+	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam, trafficLooksParam, trafficGapsParam} {
 		if n := len(q[k]); n > 1 {
 			return DrainRequest{}, badRequest("query parameter %s is given %d times: give it once", k, n)
 		}
@@ -97,6 +98,11 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 			}
 			if l, ok := q[trafficLooksParam]; ok {
 				if err := parseLooks(l[0], r.Traffic.Sources); err != nil {
+					return DrainRequest{}, err
+				}
+			}
+			if g, ok := q[trafficGapsParam]; ok {
+				if err := parseGaps(g[0], r.Traffic.Sources); err != nil {
 					return DrainRequest{}, err
 				}
 			}
@@ -153,6 +159,9 @@ func (r DrainRequest) URL(base string) string {
 			q.Set(trafficEveryParam, strconv.FormatInt(max(r.Traffic.Every.Microseconds(), 1), 10))
 			if l := encodeLooks(r.Traffic.Sources); l != "" {
 				q.Set(trafficLooksParam, l)
+			}
+			if g := encodeGaps(r.Traffic.Sources); g != "" {
+				q.Set(trafficGapsParam, g)
 			}
 		}
 	}
@@ -227,6 +236,88 @@ func parseLooks(s string, sources []SourceTraffic) error {
 		}
 		sources[i].Looks = Looks{N: n[0], Pauses: n[1]}
 		sources[i].RecentLooks = Looks{N: n[2], Pauses: n[3]}
+	}
+	return nil
+}
+
+// trafficGapsParam is the query parameter of the sources' Gaps: per
+// source, in the order of the traffic parameter's, comma-separated, the
+// bins' "N.Sum" joined by "." from the first, trailing empty bins left out
+// (empty: none counted, or none yet).
+const trafficGapsParam = "traffic-gaps"
+
+// encodeGaps writes the traffic-gaps parameter of the sources that
+// EncodeTraffic writes; empty when none counted its gaps.
+func encodeGaps(sources []SourceTraffic) string {
+	var b strings.Builder
+	counted := false
+	for i, s := range sources {
+		if i == MaxTrafficSources {
+			break
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		bins := s.Gaps[:min(len(s.Gaps), GapBins)]
+		for len(bins) > 0 && bins[len(bins)-1] == (GapBin{}) {
+			bins = bins[:len(bins)-1]
+		}
+		for j, g := range bins {
+			if j > 0 {
+				b.WriteString(".")
+			}
+			b.WriteString(strconv.Itoa(min(max(g.N, 0), maxLooks)))
+			b.WriteString(".")
+			b.WriteString(strconv.Itoa(min(max(g.Sum, 0), maxLooks)))
+		}
+		counted = counted || s.Gaps != nil
+	}
+	if !counted {
+		return ""
+	}
+	return b.String()
+}
+
+// parseGaps reads the traffic-gaps parameter into sources (one entry each):
+// counts and sums up to maxLooks, each bin's sum within what its count of
+// gaps of its lengths can make, no more gaps than looks.
+func parseGaps(s string, sources []SourceTraffic) error {
+	f := strings.Split(s, ",")
+	if len(f) != len(sources) {
+		return badRequest("%s gives %d sources' gaps, the traffic %d", trafficGapsParam, len(f), len(sources))
+	}
+	for i, e := range f {
+		// None counted (or only empty bins: a source of one arrival).
+		if e == "" {
+			continue
+		}
+		v := strings.Split(e, ".")
+		if len(v)%2 != 0 || len(v) > 2*GapBins {
+			return badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", trafficGapsParam, Quote(e, maxQuoted), GapBins)
+		}
+		gaps, total := make([]GapBin, GapBins), 0
+		for j := 0; j < len(v); j += 2 {
+			var n [2]int
+			for k, x := range v[j : j+2] {
+				c, err := strconv.Atoi(x)
+				if !digits(x) || err != nil || c > maxLooks {
+					return badRequest("%s %s: %s is not a count from 0 to %d", trafficGapsParam, Quote(e, maxQuoted), Quote(x, maxQuoted), maxLooks)
+				}
+				n[k] = c
+			}
+			bin, lo := j/2, 1<<(j/2)
+			if n[1] < n[0]*lo || bin < GapBins-1 && n[1] > n[0]*(2*lo-1) {
+				return badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", trafficGapsParam, Quote(e, maxQuoted), n[0], bin, n[1])
+			}
+			gaps[bin] = GapBin{N: n[0], Sum: n[1]}
+			total += n[0]
+		}
+		if sources[i].Looks.N > 0 && total > sources[i].Looks.N {
+			return badRequest("%s %s: more gaps than looks (%d)", trafficGapsParam, Quote(e, maxQuoted), sources[i].Looks.N)
+		}
+		if total > 0 {
+			sources[i].Gaps = gaps
+		}
 	}
 	return nil
 }

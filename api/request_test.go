@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -78,6 +79,13 @@ func TestParseDrainRequest(t *testing.T) {
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2", 400, "want looks.pauses"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2.-1", 400, "not a count"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2.1&traffic-looks=3.1.2.1", 400, "2 times"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=100000&traffic-gaps=1.1", 400, "gives 1 sources' gaps, the traffic 0"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=1.1.1", 400, "pairs of a count and a sum"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=0.0.1.4", 400, "1 gaps of bin 1 cannot sum to 4"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=2.1", 400, "cannot sum"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=1.x", 400, "not a count"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2.1&traffic-gaps=4.4", 400, "more gaps than looks"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=1.1&traffic-gaps=1.1", 400, "2 times"},
 	}
 	for _, c := range bad {
 		_, err := ParseDrainRequest(c.method, mustURL(t, c.url))
@@ -153,6 +161,30 @@ func TestDrainRequestURL(t *testing.T) {
 	if got := tr.URL("http://g"); strings.Contains(got, "traffic-looks") {
 		t.Errorf("URL without counted looks = %s: want no traffic-looks", got)
 	}
+
+	// The gap bins travel beside the interval too, trailing empty bins
+	// left out; a source with none counted is an empty entry.
+	gaps := make([]GapBin, GapBins)
+	gaps[0], gaps[2], gaps[GapBins-1] = GapBin{7, 7}, GapBin{2, 11}, GapBin{1, 400}
+	tr.Traffic.Sources = []SourceTraffic{src("10.0.0.1", 11, Looks{428, 3}, Looks{428, 3}), src("10.0.0.2", 1, Looks{}, Looks{})}
+	tr.Traffic.Sources[0].Gaps = gaps
+	got = tr.URL("http://g")
+	if !strings.Contains(got, "&traffic-gaps=7.7.0.0.2.11.0.0.0.0.0.0.0.0.1.400%2C&") {
+		t.Errorf("URL with gap bins = %s, want traffic-gaps=7.7.0.0.2.11.0.0.0.0.0.0.0.0.1.400,", got)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, got))
+	if err != nil || !reflect.DeepEqual(back.Traffic, tr.Traffic) {
+		t.Errorf("round trip of %s: got %+v, %v", got, back.Traffic, err)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, strings.Replace(got, "traffic-every-us=100125&", "", 1)))
+	if err != nil || back.Traffic.Sources[0].Gaps != nil {
+		t.Errorf("gap bins without an interval: got %+v, %v; want them ignored", back.Traffic, err)
+	}
+	for g, want := range map[int]int{1: 0, 2: 1, 3: 1, 4: 2, 127: 6, 128: 7, 5000: 7} {
+		if got := GapBinOf(g); got != want {
+			t.Errorf("GapBinOf(%d) = %d, want %d", g, got, want)
+		}
+	}
 }
 
 func mustURL(t *testing.T, s string) *url.URL {
@@ -162,4 +194,34 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestFullSummaryURLFits: a summary at every bound (MaxTrafficSources
+// IPv6 sources with MaxTrafficAges ages each, look counts and every gap bin
+// full, ages of a week) makes a URL of about 14 KB, under half the 64 KiB
+// of headers the gate server accepts (internal/server); a usual one (IPv4,
+// a few sources) is a small fraction of that.
+func TestFullSummaryURLFits(t *testing.T) {
+	week := 7 * 24 * time.Hour
+	tr := &Traffic{Watched: week, Every: 100125 * time.Microsecond,
+		Unknown: SourceTraffic{Arrivals: 1 << 20, First: week, MaxGap: week}}
+	for i := range MaxTrafficGateways {
+		tr.Gateways = append(tr.Gateways, netip.MustParseAddr(fmt.Sprintf("fd00:1234:5678:9abc:def0:1234:5678:%04x", i)))
+	}
+	for i := range MaxTrafficSources {
+		s := SourceTraffic{Addr: netip.MustParseAddr(fmt.Sprintf("fd00:1234:5678:9abc:def0:1234:5678:%04x", 100+i)), Port: 65535,
+			Arrivals: 1 << 20, First: week, MaxGap: week, Looks: Looks{N: 1 << 22, Pauses: 1 << 21}, RecentLooks: Looks{N: 1 << 20, Pauses: 1 << 19}}
+		for j := range MaxTrafficAges {
+			s.Last = append(s.Last, week-time.Duration(j)*time.Hour)
+		}
+		for j := range GapBins {
+			s.Gaps = append(s.Gaps, GapBin{N: 1 << 18, Sum: (1 << 18) << j})
+		}
+		tr.Sources = append(tr.Sources, s)
+	}
+	u := DrainRequest{Namespace: strings.Repeat("n", 63), Pod: strings.Repeat("p", 253), UID: "3f1c2a9e-7b1d-4c8e-9a6f-0d2b4e6f8a10", Wait: 30 * time.Second, Traffic: tr}.URL("http://draingate.draingate-system.svc:8080")
+	t.Logf("a full summary's URL: %d bytes", len(u))
+	if len(u) > 32<<10 {
+		t.Errorf("a full summary's URL is %d bytes: over 32 KiB", len(u))
+	}
 }

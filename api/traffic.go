@@ -72,6 +72,34 @@ type SourceTraffic struct {
 	// Traffic.Unknown). They travel in their own query parameter
 	// (DrainRequest.URL), which an older server ignores.
 	Looks, RecentLooks Looks
+	// Gaps is what an agent that counts its looks saw of the source's
+	// gaps: between each two consecutive looks that found data, how many
+	// looks apart they were (1: the next look), binned by powers of two
+	// (GapBins). It lets the server weigh the long gaps on their own (a
+	// source sending bursts between pauses has a few long gaps among many
+	// short ones, which the counts of Looks cannot tell from a steady
+	// source's). Nil: not counted (an older agent, Traffic.Unknown). It
+	// travels in its own query parameter, which an older server ignores.
+	Gaps []GapBin
+}
+
+// GapBins is how many bins SourceTraffic.Gaps has: bin j holds the gaps of
+// 2^j to 2^(j+1) − 1 looks, the last one every longer gap too.
+const GapBins = 8
+
+// GapBin counts the gaps of one bin and sums their lengths, in looks.
+type GapBin struct {
+	N, Sum int
+}
+
+// GapBinOf is the bin of a gap of g ≥ 1 looks.
+func GapBinOf(g int) int {
+	j := 0
+	for g > 1 && j < GapBins-1 {
+		g >>= 1
+		j++
+	}
+	return j
 }
 
 // Looks counts an agent's looks at one source over a stretch of its
@@ -86,8 +114,9 @@ type Looks struct {
 	Pauses int
 }
 
-// Bounds of a Traffic summary, so that a query string stays small (well
-// under 8 KiB) and the server's work per ask stays bounded.
+// Bounds of a Traffic summary, so that a query string stays small (at
+// every bound at once about 14 KB, well under the 64 KiB of headers the
+// gate server accepts) and the server's work per ask stays bounded.
 const (
 	MaxTrafficSources  = 32
 	MaxTrafficAges     = 16

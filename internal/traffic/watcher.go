@@ -90,6 +90,10 @@ type record struct {
 	firstLook int
 	looks     []int
 	pauses    int
+	// gaps bins the gaps between consecutive looks that found its
+	// arrivals, in looks (api.SourceTraffic.Gaps); gapped says one was.
+	gaps   [api.GapBins]api.GapBin
+	gapped bool
 }
 
 // NewWatcher returns a Watcher taking its snapshots from read (Read, or a
@@ -444,8 +448,13 @@ func (r *record) add(t time.Time, n int) {
 func (r *record) looked(i int) {
 	if n := len(r.looks); n == 0 {
 		r.firstLook = i
-	} else if i > r.looks[n-1]+1 {
-		r.pauses++
+	} else {
+		g := i - r.looks[n-1]
+		if g > 1 {
+			r.pauses++
+		}
+		b := &r.gaps[api.GapBinOf(g)]
+		b.N, b.Sum, r.gapped = b.N+1, min(b.Sum+g, maxArrivals), true
 	}
 	r.looks = append(r.looks, i)
 	if len(r.looks) > api.MaxTrafficAges {
@@ -532,6 +541,9 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 		st := api.SourceTraffic{Arrivals: r.arrivals, First: age(r.first)}
 		st.MaxGap = min(r.maxGap, st.First)
 		st.Looks, st.RecentLooks = r.lookCounts()
+		if r.gapped {
+			st.Gaps = slices.Clone(r.gaps[:])
+		}
 		for i := len(r.latest) - 1; i >= 0; i-- {
 			st.Last = append(st.Last, age(r.latest[i]))
 		}

@@ -86,6 +86,12 @@ func withLooks(s api.SourceTraffic, all, recent api.Looks) api.SourceTraffic {
 	return s
 }
 
+// withGaps sets a source's gap bins.
+func withGaps(s api.SourceTraffic, set map[int]api.GapBin) api.SourceTraffic {
+	s.Gaps = gapBins(set)
+	return s
+}
+
 // check compares a summary with want, and checks it survives the wire.
 func check(t *testing.T, got *api.Traffic, want api.Traffic) {
 	t.Helper()
@@ -141,7 +147,7 @@ func TestWatcherCountsArrivals(t *testing.T) {
 		Watched: 300 * time.Millisecond,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withLooks(withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}),
+			withGaps(withLooks(withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart),
 			src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond),
 			src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond),
 		},
@@ -365,7 +371,7 @@ func TestWatcherForgetsConnectionsKeepsPorts(t *testing.T) {
 		Watched: 3 * tick,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withLooks(withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick), api.Looks{N: 1}, api.Looks{N: 1}),
+			withGaps(withLooks(withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart),
 			src("10.0.0.2", 8080, 1, tick, tick),
 		},
 	})
@@ -645,7 +651,7 @@ func TestWatcherOneArrivalPerSourceAndSample(t *testing.T) {
 		Watched: 3 * tick,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withLooks(withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick), api.Looks{N: 1}, api.Looks{N: 1}),
+			withGaps(withLooks(withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart),
 			src("10.0.0.1", 8080, 1, 2*tick+30*time.Millisecond, 2*tick+30*time.Millisecond),
 		},
 	})
@@ -687,6 +693,9 @@ func TestWatcherCountsLooksAndPauses(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	} else if got := s.Sources[0]; got.Looks != (api.Looks{N: 7, Pauses: 2}) || got.RecentLooks != got.Looks {
 		t.Errorf("looks 1, 2, 4, 5, 8: Looks %+v, RecentLooks %+v; want 7 looks, 2 pauses, both", got.Looks, got.RecentLooks)
+	} else if want := gapBins(map[int]api.GapBin{0: {N: 2, Sum: 2}, 1: {N: 2, Sum: 5}}); !reflect.DeepEqual(got.Gaps, want) {
+		// Gaps 1, 2, 1 and 3 looks: two of bin 0 (1), two of bin 1 (2-3).
+		t.Errorf("looks 1, 2, 4, 5, 8: gaps %+v, want %+v", got.Gaps, want)
 	}
 	// Sixteen more in a row, one look apart: the latest sixteen arrivals
 	// (looks 10 to 25) made no pause.
@@ -700,5 +709,21 @@ func TestWatcherCountsLooksAndPauses(t *testing.T) {
 		t.Fatal("no summary")
 	} else if got := s.Sources[0]; got.Looks != (api.Looks{N: last - 1, Pauses: 3}) || got.RecentLooks != (api.Looks{N: api.MaxTrafficAges - 1}) {
 		t.Errorf("then looks 10 to %d: Looks %+v, RecentLooks %+v; want %d looks, 3 pauses; %d recent looks, none paused", last, got.Looks, got.RecentLooks, last-1, api.MaxTrafficAges-1)
+	} else if want := gapBins(map[int]api.GapBin{0: {N: 2 + api.MaxTrafficAges - 1, Sum: 2 + api.MaxTrafficAges - 1}, 1: {N: 3, Sum: 7}}); !reflect.DeepEqual(got.Gaps, want) {
+		// Then a gap of 2 and fifteen of 1: every gap counts, not only
+		// the recent ones.
+		t.Errorf("then looks 10 to %d: gaps %+v, want %+v", last, got.Gaps, want)
 	}
+}
+
+// oneLookApart is the gap bins of two arrivals in consecutive looks.
+var oneLookApart = map[int]api.GapBin{0: {N: 1, Sum: 1}}
+
+// gapBins is api.SourceTraffic.Gaps with the given bins set.
+func gapBins(set map[int]api.GapBin) []api.GapBin {
+	g := make([]api.GapBin, api.GapBins)
+	for j, b := range set {
+		g[j] = b
+	}
+	return g
 }
