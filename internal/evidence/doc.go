@@ -11,9 +11,13 @@
 // Poisson model of single or sampled arrivals, and a two-state Markov model
 // of the agent's looks, which weighs how regular a source is), turns each
 // fit into a quiet bound, and applies the closing rules: before the
-// route's tail only when every source was fitted and the unknown arrivals
-// do not outnumber the attributed ones; past it while any source still
-// sends; and never on evidence older than the close.
+// route's tail only when every source was fitted and passed the shape
+// check (shape: bursts, heavy-tailed pauses, a falling rate, a watch too
+// short, an older agent take the early close away), the route's senders
+// are known and each was seen (Senders), and the unknown arrivals do not
+// outnumber the attributed ones; past it while any source still sends;
+// and never on evidence older than the close. docs/evidence.md has the
+// rules and what the catalogue (catalogue_test.go) measured of them.
 //
 // What the agent sees is internal/traffic's; what the gate does with a
 // judgement (phases, deadlines, errors) is internal/gate's. The package is

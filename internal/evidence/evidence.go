@@ -96,6 +96,11 @@ type Arrivals struct {
 	// let the fit weigh how regular the source is (fitSampled). Zero: not
 	// counted (an older agent); the fit estimates the looks from the span.
 	Looks, RecentLooks Looks
+	// Gaps bins the gaps between the sampled source's consecutive looks
+	// with data, in looks (api.SourceTraffic.Gaps): what tells a steady
+	// source from one that pauses between bursts (see gapBound). Nil: not
+	// counted (an older agent), and the source gives no early close.
+	Gaps []api.GapBin
 }
 
 // Looks counts a sampled source's looks over a stretch of its arrivals.
@@ -145,6 +150,7 @@ func Read(t *api.Traffic, now time.Time, node []netip.Addr, epsilon float64) *Ev
 		if t.Every > 0 {
 			a.Looks = Looks{N: s.Looks.N, Pauses: s.Looks.Pauses}
 			a.RecentLooks = Looks{N: s.RecentLooks.N, Pauses: s.RecentLooks.Pauses}
+			a.Gaps = s.Gaps
 		}
 		ev.Sources = append(ev.Sources, Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: a})
 	}

@@ -19,9 +19,10 @@ import (
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // tgOut is a target group route whose owner took the pod out at outSince,
-// on port 8080.
+// on port 8080, the sources seen taken for all its senders.
 func tgOut(tail time.Duration, outSince time.Time) evidence.Route {
-	return evidence.Route{OutSince: outSince, Tail: tail, TailName: "ALB", Ports: []uint16{8080}, What: "the target is draining"}
+	return evidence.Route{OutSince: outSince, Tail: tail, TailName: "ALB", Ports: []uint16{8080}, What: "the target is draining",
+		Senders: evidence.Senders{SeenAreAll: true}}
 }
 
 // closeTime is when the route first closes as the agent reports every
@@ -111,71 +112,13 @@ func TestFalseQuietRate(t *testing.T) {
 	}
 }
 
-// TestFalseQuietRateOfShapes measures the false-quiet rate as
-// TestFalseQuietRate does, for sources that are not Poisson, seen by an
-// agent that counts its looks (which weighs how regular a source is) and
-// by one that does not, on the same streams: round robin with jitter (more
-// regular than Poisson, the Markov model's bound the shorter) must stay
-// within ε; bursts break both et.Models (the README says so), and counting
-// looks must not make them worse: their rates are printed.
-func TestFalseQuietRateOfShapes(t *testing.T) {
-	const tail = 20 * time.Second
-	trials := 1000
-	if testing.Short() {
-		trials = 300
-	}
-	shapes := []struct {
-		name   string
-		bursty bool
-		gen    func(rng *rand.Rand, start, stop time.Time) et.Stream
-	}{
-		{"round robin 7/s ±30 %", false, func(rng *rand.Rand, start, stop time.Time) et.Stream {
-			return et.Regular(rng, "10.0.0.1", 7, 0.3, start, stop)
-		}},
-		{"round robin 2/s ±90 %", false, func(rng *rand.Rand, start, stop time.Time) et.Stream {
-			return et.Regular(rng, "10.0.0.1", 2, 0.9, start, stop)
-		}},
-		{"bursts 30/s for 0.3s, pauses 0.3s", true, func(rng *rand.Rand, start, stop time.Time) et.Stream {
-			return et.OnOff(rng, "10.0.0.1", 30, 300*time.Millisecond, 300*time.Millisecond, start, stop)
-		}},
-		{"bursts 10/s for 1s, pauses 0.5s", true, func(rng *rand.Rand, start, stop time.Time) et.Stream {
-			return et.OnOff(rng, "10.0.0.1", 10, time.Second, 500*time.Millisecond, start, stop)
-		}},
-	}
-	for i, sh := range shapes {
-		for _, eps := range []float64{0.2, 0.05, 1e-2, evidence.DefaultEpsilon} {
-			allowed := eps*float64(trials) + 3*math.Sqrt(eps*float64(trials)) + 1
-			var false_ [2]int // looks not counted, counted
-			for j, m := range et.Models[1:] {
-				rng := rand.New(rand.NewPCG(uint64(i+1), math.Float64bits(eps)))
-				for range trials {
-					start := t0
-					outSince := t0.Add(5 * time.Second)
-					stop := outSince.Add(tail)
-					s := m.Sample(sh.gen(rng, start, stop), start)
-					at, _ := closeTime(tgOut(tail, outSince), outSince, stop, 100*time.Millisecond, eps, nil, s)
-					if !at.IsZero() && at.Before(et.Last(s)) {
-						false_[j]++
-					}
-				}
-				t.Logf("%s, %s: ε %-6g: %d false quiets in %d drains (%.4f)", sh.name, m.Name, eps, false_[j], trials, float64(false_[j])/float64(trials))
-				if !sh.bursty && float64(false_[j]) > allowed {
-					t.Errorf("%s, %s: ε %g: %d false quiets in %d drains, more than ε allows (%.1f)", sh.name, m.Name, eps, false_[j], trials, allowed)
-				}
-			}
-			if sh.bursty && float64(false_[1]) > float64(false_[0])+3*math.Sqrt(float64(false_[0]))+1 {
-				t.Errorf("%s: ε %g: %d false quiets with looks counted, %d without: counting made bursts worse", sh.name, eps, false_[1], false_[0])
-			}
-		}
-	}
-}
-
 // TestLooksCountedBounds: with its looks counted, a round robin source
 // gets a much shorter bound than the Poisson model alone gives it, a
 // Poisson source about the same (at most ln 2/λ and a look more: each model
 // has ε/2), and a bursty one the Markov bound, much longer, since its empty
 // looks cluster (medians over 200 streams watched 8 s).
 func TestLooksCountedBounds(t *testing.T) {
+	modelsAlone(t)
 	const (
 		every   = 100 * time.Millisecond
 		watched = 8 * time.Second
@@ -220,17 +163,18 @@ func TestLooksCountedBounds(t *testing.T) {
 	}
 }
 
-// TestQuietClosesBeforeTheTail: a busy source that stops soon after the
-// owner's word closes the route before the tail's end, after its last
-// arrival, within its bound; the verdict says traffic closed it.
+// TestQuietClosesBeforeTheTail: a load balancer node's steady round robin
+// (7/s), seen by this agent, that stops soon after the owner's word closes
+// the route before the tail's end, after its last arrival, within its
+// bound; the verdict says traffic closed it.
 func TestQuietClosesBeforeTheTail(t *testing.T) {
 	const tail = 20 * time.Second
 	rng := rand.New(rand.NewPCG(1, 2))
 	outSince := t0.Add(5 * time.Second)
-	s := et.Poisson(rng, "10.0.0.1", 3, t0, outSince.Add(2*time.Second))
+	s := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(2*time.Second)))
 	at, a := closeTime(tgOut(tail, outSince), outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
 	last := et.Last(s)
-	f := evidence.FitArrivals(et.Arrivals(s.Times, at), tail, evidence.DefaultEpsilon)
+	f := evidence.FitArrivals(et.At(at, 0, nil, s).Sources[0].Arrivals, tail, evidence.DefaultEpsilon)
 	if at.IsZero() || !at.Before(outSince.Add(tail)) {
 		t.Fatalf("closed at %v, want before the tail's end %v: %s", at, outSince.Add(tail), a.Detail)
 	}
@@ -240,25 +184,34 @@ func TestQuietClosesBeforeTheTail(t *testing.T) {
 	if a.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Detail, "before the tail's end") {
 		t.Errorf("closed by %q: %s", a.ClosedBy, a.Detail)
 	}
-	t.Logf("rate 3/s: bound %s, closed %s after the owner's word (tail %s): %s", f.Quiet.Round(time.Millisecond), at.Sub(outSince), tail, a.Detail)
+	t.Logf("round robin 7/s: bound %s, closed %s after the owner's word (tail %s): %s", f.Quiet.Round(time.Millisecond), at.Sub(outSince), tail, a.Detail)
 }
 
 // TestSourcesFadeOneByOne: three load balancer nodes stop at their own
-// times; the route closes only after the last one's last arrival.
+// times; the route closes only after the last one's last arrival: before
+// the tail's end with this agent, at it with an older one (which does not
+// report the gaps the shape check needs: its evidence only lengthens).
 func TestSourcesFadeOneByOne(t *testing.T) {
 	const tail = 60 * time.Second
-	for _, m := range et.Models {
+	for i, m := range et.Models {
 		t.Run(m.Name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
 			outSince := t0.Add(5 * time.Second)
+			from := t0.Add(-time.Minute)
 			ss := []et.Stream{
-				m.Sample(et.Poisson(rng, "10.0.0.1", 3, t0, outSince.Add(1*time.Second)), t0),
-				m.Sample(et.Poisson(rng, "10.0.0.2", 3, t0, outSince.Add(9*time.Second)), t0),
-				m.Sample(et.Poisson(rng, "10.0.0.3", 3, t0, outSince.Add(20*time.Second)), t0),
+				m.Sample(et.From(et.Regular(rng, "10.0.0.1", 7, 0.3, from, outSince.Add(1*time.Second)), t0), t0),
+				m.Sample(et.From(et.Regular(rng, "10.0.0.2", 7, 0.3, from, outSince.Add(9*time.Second)), t0), t0),
+				m.Sample(et.From(et.Regular(rng, "10.0.0.3", 7, 0.3, from, outSince.Add(20*time.Second)), t0), t0),
 			}
 			at, a := closeTime(tgOut(tail, outSince), outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, ss...)
 			if at.IsZero() || at.Before(et.Last(ss...)) {
 				t.Fatalf("closed at %v, before the last source's last arrival %v: %s", at, et.Last(ss...), a.Detail)
+			}
+			if i < len(et.Models)-1 {
+				if !at.Equal(outSince.Add(tail)) || !strings.Contains(a.Detail, "older") {
+					t.Errorf("an older agent: closed at %v, want at the tail's end, saying why: %s", at, a.Detail)
+				}
+				return
 			}
 			if !at.Before(outSince.Add(tail)) {
 				t.Errorf("closed at the tail's end, want before: %s", a.Detail)
@@ -277,7 +230,7 @@ func TestSlowSourceLeavesTheTail(t *testing.T) {
 	const tail = 20 * time.Second
 	outSince := t0.Add(5 * time.Second)
 	rng := rand.New(rand.NewPCG(5, 6))
-	busy := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+	busy := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
 	slow := et.Stream{Addr: "10.0.0.9", Port: 8080, Class: evidence.ClassRemote, Times: []time.Time{t0.Add(time.Second), outSince.Add(3 * time.Second)}}
 	at, a := closeTime(tgOut(tail, outSince), outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, nil, busy, slow)
 	if !at.Equal(outSince.Add(tail)) || a.ClosedBy != api.ClosedByTail {
@@ -286,7 +239,7 @@ func TestSlowSourceLeavesTheTail(t *testing.T) {
 
 	// When a busy source keeps the route open past the tail's end, a sparse
 	// one sending then proves the tail too short: a tail after its arrival.
-	busyLate := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(tail+5*time.Second))
+	busyLate := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(tail+5*time.Second)))
 	late := slow
 	late.Times = append(slices.Clone(slow.Times), outSince.Add(tail+2*time.Second))
 	at, a = closeTime(tgOut(tail, outSince), outSince, outSince.Add(3*tail), 100*time.Millisecond, 0, nil, busyLate, late)
@@ -347,7 +300,7 @@ func TestUnknownArrivals(t *testing.T) {
 	until := outSince.Add(3 * tail)
 	t.Run("a steady stream past the tail", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(9, 10))
-		known := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		known := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
 		checks := et.Poisson(rng, "0.0.0.0", 0.2, t0, until).Times
 		at, a := closeTime(tgOut(tail, outSince), outSince, until, 100*time.Millisecond, 0, checks, known)
 		if at.IsZero() || at.After(outSince.Add(tail)) {
@@ -359,7 +312,7 @@ func TestUnknownArrivals(t *testing.T) {
 	})
 	t.Run("as many as the attributed ones", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(11, 10))
-		known := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		known := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
 		many := et.Poisson(rng, "0.0.0.0", 8, t0, outSince.Add(time.Second)).Times
 		at, a := closeTime(tgOut(tail, outSince), outSince, until, 100*time.Millisecond, 0, many, known)
 		if !at.Equal(outSince.Add(tail)) || a.ClosedBy != api.ClosedByTail || !strings.Contains(a.Why, "too many arrivals of unknown source") {
@@ -368,7 +321,7 @@ func TestUnknownArrivals(t *testing.T) {
 	})
 	t.Run("exactly as many as the attributed ones", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(13, 10))
-		known := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		known := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
 		same := make([]time.Time, len(known.Times))
 		for i, at := range known.Times {
 			same[i] = at.Add(time.Millisecond)
@@ -380,7 +333,7 @@ func TestUnknownArrivals(t *testing.T) {
 	})
 	t.Run("holding sources the agent could not list", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(14, 10))
-		known := et.Poisson(rng, "10.0.0.1", 5, t0, outSince.Add(time.Second))
+		known := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
 		merged := et.Poisson(rng, "0.0.0.0", 5, t0, outSince.Add(2*tail)).Times
 		last := merged[len(merged)-1]
 		var closed time.Time
@@ -426,6 +379,7 @@ func TestNodeProbesAreNotRouteTraffic(t *testing.T) {
 }
 
 func TestFitArrivals(t *testing.T) {
+	modelsAlone(t)
 	a := evidence.Arrivals{N: 101, First: t0, Last: []time.Time{t0.Add(50 * time.Second)}}
 	f := evidence.FitArrivals(a, 20*time.Second, 1e-6)
 	if !f.OK || math.Abs(f.Rate-2) > 1e-9 || f.Low >= f.Rate || f.Low < 1.4 {
@@ -460,6 +414,7 @@ func TestFitArrivals(t *testing.T) {
 // the exact rate would need for ε. A source found in every look still
 // gets a finite bound of a few looks, and at least two of its pauses.
 func TestFitSampledArrivals(t *testing.T) {
+	modelsAlone(t)
 	const (
 		rate  = 30.0
 		every = 100 * time.Millisecond
@@ -543,6 +498,7 @@ func TestReadFullSummary(t *testing.T) {
 //
 //	go test ./internal/evidence -run X -bench QuietBound
 func BenchmarkQuietBound(b *testing.B) {
+	modelsAlone(b)
 	const (
 		every   = 100 * time.Millisecond
 		watched = 8 * time.Second
@@ -571,5 +527,69 @@ func BenchmarkQuietBound(b *testing.B) {
 			b.ReportMetric(single[len(single)/2], "single-p50-s")
 			b.ReportMetric(math.Log(rate*tail.Seconds()/evidence.DefaultEpsilon)/rate, "exact-rate-s")
 		})
+	}
+}
+
+// modelsAlone turns the shape check off for the rest of a test of the
+// arrival models themselves (FitArrivals' bounds before the check).
+func modelsAlone(tb testing.TB) {
+	*evidence.ShapeCheck = false
+	tb.Cleanup(func() { *evidence.ShapeCheck = true })
+}
+
+// current is what this agent (sampling every 100 ms, counting its looks and
+// gaps) reports of s from t0 on.
+func current(s et.Stream) et.Stream {
+	return et.Models[len(et.Models)-1].Sample(et.From(s, t0), t0)
+}
+
+// TestKnownSenders: a route that knows its load balancer's nodes closes
+// before its tail's end only once each of them was seen and fitted; one
+// unseen keeps the tail as the floor, saying so; arrivals from addresses
+// not on the list (in-cluster clients on the same port) are not the
+// route's; and a route that cannot list its senders never closes early.
+func TestKnownSenders(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	rng := rand.New(rand.NewPCG(21, 22))
+	a := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
+	b := current(et.Regular(rng, "10.0.0.2", 7, 0.3, t0.Add(-time.Minute), outSince.Add(2*time.Second)))
+	client := current(et.Regular(rng, "10.244.3.7", 5, 0.3, t0.Add(-time.Minute), outSince.Add(3*tail)))
+	route := func(s evidence.Senders) evidence.Route {
+		r := tgOut(tail, outSince)
+		r.Senders = s
+		return r
+	}
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	until := outSince.Add(3 * tail)
+
+	at, c := closeTime(route(evidence.Senders{Known: true, Addrs: addrs("10.0.0.1", "10.0.0.2")}), outSince, until, 100*time.Millisecond, 0, nil, a, b, client)
+	if at.IsZero() || !at.Before(outSince.Add(tail)) || at.Before(et.Last(a, b)) || c.ClosedBy != api.ClosedByTraffic {
+		t.Errorf("both nodes seen, a client on the port: closed at %v by %q, want after the nodes' last arrival, before the tail's end, by traffic: %s", at, c.ClosedBy, c.Detail)
+	}
+	if !strings.Contains(c.Why, "not the load balancer's not counted") {
+		t.Errorf("the client's arrivals not shown as not counted: %s", c.Why)
+	}
+
+	at, c = closeTime(route(evidence.Senders{Known: true, Addrs: addrs("10.0.0.1", "10.0.0.2", "10.0.0.3")}), outSince, until, 100*time.Millisecond, 0, nil, a, b)
+	if !at.Equal(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTail || !strings.Contains(c.Why, "10.0.0.3 sent nothing") {
+		t.Errorf("a node unseen: closed at %v by %q (%s), want at the tail's end by the tail, naming it", at, c.ClosedBy, c.Why)
+	}
+
+	at, c = closeTime(route(evidence.Senders{}), outSince, until, 100*time.Millisecond, 0, nil, a, b)
+	if !at.Equal(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTail || !strings.Contains(c.Why, "cannot be listed") {
+		t.Errorf("senders unknown: closed at %v by %q (%s), want at the tail's end by the tail", at, c.ClosedBy, c.Why)
+	}
+	// Unknown senders still lengthen: the client, weighed now, sends past
+	// the tail's end.
+	at, c = closeTime(route(evidence.Senders{}), outSince, until.Add(3*tail), 100*time.Millisecond, 0, nil, a, b, client)
+	if at.IsZero() || at.Before(et.Last(client)) {
+		t.Errorf("senders unknown, a source past the tail: closed at %v, before its last arrival %v: %s", at, et.Last(client), c.Detail)
 	}
 }

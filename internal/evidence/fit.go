@@ -28,6 +28,13 @@ type Fit struct {
 	// OK is false when the source sent too little to fit a rate: fewer
 	// than MinArrivals arrivals, or all at one instant.
 	OK bool
+	// Unfit, when set, says why the fit may not close a route before its
+	// tail's end (see shape): the source's arrivals are not what the
+	// models describe (bursts whose pauses outlast what its gaps foretell,
+	// a rate that fell while the agent watched, a watch too short to tell),
+	// or its agent does not report what the check needs. Its Quiet then
+	// only lengthens a wait: a source still sending holds its route.
+	Unfit string
 	// Rate is the point estimate (arrivals per second over the span from
 	// the first to the latest arrival; for sampled arrivals the Poisson
 	// rate of the share of looks that found data); Low the lowest rate the
@@ -68,6 +75,11 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 	}
 	gaps := float64(a.N - 1)
 	f := Fit{Rate: gaps / span}
+	if shapeCheck {
+		// Counted one by one, not per look: an older agent's summary,
+		// or the arrivals of unknown source.
+		f.Unfit = "its arrivals were counted one by one, not per look (an older agent, or arrivals of unknown source)"
+	}
 	f.Low = chi2Lower(2*gaps) / (2 * span)
 	if m := len(a.Last); m >= 4 {
 		if rs := a.Last[0].Sub(a.Last[m-1]).Seconds(); rs > 0 {
@@ -75,7 +87,7 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 		}
 	}
 	if f.Low <= 0 || math.IsNaN(f.Low) {
-		return Fit{Rate: f.Rate}
+		return Fit{Rate: f.Rate, Unfit: f.Unfit}
 	}
 	k := max(1, f.Rate*max(tail, 0).Seconds())
 	return f.done(a, math.Log(k/eps)/f.Low)
@@ -153,12 +165,23 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	rate := func(k, m float64) float64 { return -math.Log1p(-min(k/m, 1-1/(2*m))) / d }
 	f := Fit{Rate: rate(k, m)}
 	f.Low = f.Rate
-	target := eps / max(1, k/m*max(tail, 0).Seconds()/d)
+	perGap := eps / max(1, k/m*max(tail, 0).Seconds()/d)
+	target := perGap
 	if counted {
 		target /= 2
 	}
 	lt := math.Log(target)
 	maxN := math.Ceil(maxQuiet.Seconds() / d)
+	// done ends the fit with the models' bound of n looks, once the
+	// source's shape allows it (see shape).
+	done := func(n float64) Fit {
+		checked, why := shape(a, k, m, d, n, perGap)
+		if why != "" {
+			f.Unfit = why
+			return f.done(a, (min(n, maxN)+1)*d)
+		}
+		return f.done(a, (min(checked, maxN)+1)*d)
+	}
 
 	// The Poisson model: the mean of (1 − p)^n over p's posterior.
 	q := beta{m - k + 0.5, k + 0.5} // 1 − p
@@ -173,7 +196,7 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 		}
 	}
 	if !counted {
-		return f.done(a, (min(n, maxN)+1)*d)
+		return done(n)
 	}
 
 	// The Markov model: transitions out of the k looks with data (the
@@ -193,9 +216,9 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	// confidence, is burstier than Poisson: the Markov bound is the
 	// sound one then, however long.
 	if sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1)); c.mean()-fitZ*sd > (m-k)/m {
-		return f.done(a, (min(max(n, nm), maxN)+1)*d)
+		return done(max(n, nm))
 	}
-	return f.done(a, (min(n, nm, maxN)+1)*d)
+	return done(min(n, nm))
 }
 
 // beta is a Beta(al, be) distribution: a chance's posterior.

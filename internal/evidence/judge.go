@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -21,11 +22,37 @@ type Route struct {
 	// Ports are the pod's ports the route's traffic arrives on; empty,
 	// every port counts (which can only lengthen a wait).
 	Ports []uint16
+	// Senders is who may send the route's traffic, as far as its owner
+	// knows.
+	Senders Senders
 	// What is the owner's word, one sentence, for the detail.
 	What string
 	// Err is the owner's last read error: a route whose read failed never
 	// closes, whatever the evidence says.
 	Err error
+}
+
+// Senders is who may send a route's traffic. The evidence can show that
+// the sources it saw went quiet; only a list of every sender can show that
+// none is missing: a load balancer node that sent the pod nothing while
+// its agent watched (a new node, one with little traffic for this pod)
+// may still route to it. So an early close (before the tail's end) needs
+// that list, and each sender on it seen and fitted.
+type Senders struct {
+	// Known says Addrs lists every node of the route's load balancer. Only
+	// their arrivals are then the route's traffic (in-cluster clients
+	// calling the pod on the same port are not), and an early close needs
+	// each of them fitted; one unseen or too sparse to fit keeps the tail
+	// as the floor.
+	Known bool
+	Addrs []netip.Addr
+	// SeenAreAll, with Known false, takes the remote sources the agent
+	// saw for all the senders the route has: the rule before senders were
+	// listed, which a node that sent nothing while the agent watched
+	// breaks. Kept for the kinds that do not list their senders yet.
+	// Neither set: the evidence may lengthen the route's wait (a source
+	// still sending at the tail's end holds it), never shorten it.
+	SeenAreAll bool
 }
 
 // Closing is a route judged on the evidence at one time.
@@ -65,7 +92,7 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 	}
 	tail := max(r.Tail, 0)
 	end := r.OutSince.Add(tail)
-	j := ev.weigh(r.Ports, r.OutSince, tail)
+	j := ev.weigh(r, tail)
 	c.LastArrival = j.lastArrival
 	what := fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s; the pod's traffic: %s",
 		r.What, api.Stamp(r.OutSince), r.TailName, tail, api.Stamp(end), j.describe(ev.Epsilon))
@@ -81,6 +108,9 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 		c.Detail = what + fmt.Sprintf(": closes at %s if nothing arrives before", api.Stamp(j.closeAt))
 		if j.lengthened != "" {
 			c.Detail += " (" + j.lengthened + ")"
+		}
+		if j.untrusted != "" && !j.closeAt.After(r.OutSince.Add(tail)) {
+			c.Detail += "; not before the tail's end: " + j.untrusted
 		}
 		c.Detail += api.LastReadFailed(r.Err)
 		return c, true
@@ -118,6 +148,9 @@ func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail t
 	case j.unknownBlocked:
 		detail = what + ": closed at the tail's end (as many arrivals of unknown source as attributed ones: the evidence does not shorten the tail)"
 		why = fmt.Sprintf("its %s tail (%s; too many arrivals of unknown source)", tailName, tail)
+	case j.untrusted != "":
+		detail = what + ": closed at the tail's end (" + j.untrusted + ": the evidence does not shorten the tail)"
+		why = fmt.Sprintf("its %s tail (%s; %s)", tailName, tail, j.untrusted)
 	default:
 		detail = what + ": closed at the tail's end (a source too sparse to fit a rate gives no evidence)"
 		why = fmt.Sprintf("its %s tail (%s; a source too sparse to fit a rate)", tailName, tail)
@@ -152,37 +185,52 @@ type quietJudgement struct {
 	// against an early close; unknownBlocked says they blocked one.
 	unknown        int
 	unknownBlocked bool
+	// others counts the arrivals on the ports from remote sources that
+	// are not the route's senders (Senders.Known): shown, never weighed.
+	others int
+	// untrusted, when set, says why the evidence may not close the route
+	// before its tail's end although every source it weighed was fitted:
+	// its senders are not known, one was not seen, or a source's shape
+	// is one the model cannot bound.
+	untrusted string
 }
 
-// weigh weighs the evidence for a route on ports whose owner took the pod
-// out at outSince with the given tail. No ports means every port. With no
-// source on the ports, the route closes at the tail's end on a report from
-// then on.
+// weigh weighs the evidence for route r with the given tail. No ports
+// means every port. With no source on the ports, the route closes at the
+// tail's end on a report from then on.
 //
 // Per source: a fitted source is quiet once the evidence shows it silent
 // for its bound, before or after the tail's end: the tail is a floor only
 // for what evidence cannot judge, never a promise that beats it. One that
-// could not be fitted gives no evidence: it is quiet at the tail's end if
-// it sent nothing after it, else a tail after its latest arrival (it proved
-// the tail too short). The route closes when every source is quiet; only
-// when every source was fitted, and the unknown arrivals are fewer than the
-// sources' own, may that be before the tail's end. Unknown arrivals are
+// could not be fitted (too sparse) gives no evidence: it is quiet at the
+// tail's end if it sent nothing after it, else a tail after its latest
+// arrival (it proved the tail too short); one fitted but not trusted (of a
+// shape the models cannot bound, or from an older agent: Fit.Unfit) is
+// held so too, and at least its bound after its latest arrival. The route
+// closes when every source is quiet; that
+// may be before the tail's end only when every source was fitted, the
+// unknown arrivals are fewer than the sources' own, and the route's
+// senders are known, each of them seen (Senders). Unknown arrivals are
 // not a source (see Evidence.Unknown): they never keep a route open past
 // its tail, unless they hold sources the agent could not list apart
 // (Evidence.UnknownHoldsSources), which weigh as one more source. Every
 // close needs evidence from at or after the close time (fresh): at the
 // tail's end too, so that a source sending then is seen.
-func (ev *Evidence) weigh(ports []uint16, outSince time.Time, tail time.Duration) (j quietJudgement) {
-	tailEnd := outSince.Add(tail)
+func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
+	tailEnd := r.OutSince.Add(tail)
 	j.evidenceAt = ev.At
 	var weigh []Arrivals
+	seen := map[netip.Addr]bool{}
 	for _, s := range ev.Sources {
 		switch {
-		case len(ports) > 0 && !slices.Contains(ports, s.Port) || s.N <= 0:
-		case s.Class == ClassRemote:
-			weigh = append(weigh, s.Arrivals)
-		default:
+		case len(r.Ports) > 0 && !slices.Contains(r.Ports, s.Port) || s.N <= 0:
+		case s.Class != ClassRemote:
 			j.fromNode += s.N
+		case r.Senders.Known && !slices.Contains(r.Senders.Addrs, s.Addr):
+			j.others += s.N
+		default:
+			weigh = append(weigh, s.Arrivals)
+			seen[s.Addr] = true
 		}
 	}
 	if ev.UnknownHoldsSources && ev.Unknown.N > 0 {
@@ -200,22 +248,31 @@ func (ev *Evidence) weigh(ports []uint16, outSince time.Time, tail time.Duration
 		last := a.latest()
 		j.lastArrival = later(j.lastArrival, last)
 		f := FitArrivals(a, tail, ev.Epsilon)
-		if f.OK {
+		trusted := f.OK && f.Unfit == ""
+		if trusted {
 			j.fitted++
 			j.bound = max(j.bound, f.Quiet)
 			if j.fitted == 1 || f.Rate < j.minRate {
 				j.minRate = f.Rate
 			}
 			j.maxRate = max(j.maxRate, f.Rate)
+		} else if f.Unfit != "" && j.untrusted == "" {
+			j.untrusted = f.Unfit
 		}
 		var se time.Time
 		switch {
-		case f.OK:
+		case trusted:
 			se = last.Add(f.Quiet)
 		case last.After(tailEnd):
+			// It proved the tail too short.
 			se = last.Add(tail)
 		default:
 			se = tailEnd
+		}
+		if f.OK && !trusted {
+			// A bound the shape check does not trust still holds a
+			// source that sends.
+			se = later(se, last.Add(f.Quiet))
 		}
 		switch {
 		case last.After(tailEnd):
@@ -228,6 +285,9 @@ func (ev *Evidence) weigh(ports []uint16, outSince time.Time, tail time.Duration
 	allFitted := j.sources > 0 && j.fitted == j.sources
 	j.unknownBlocked = allFitted && j.unknown >= j.arrived
 	if allFitted && !j.unknownBlocked {
+		j.untrusted = r.Senders.untrusted(seen)
+	}
+	if allFitted && !j.unknownBlocked && j.untrusted == "" {
 		j.closeAt = end
 	} else {
 		j.closeAt = later(end, tailEnd)
@@ -236,6 +296,30 @@ func (ev *Evidence) weigh(ports []uint16, outSince time.Time, tail time.Duration
 	// from at or after the close time.
 	j.fresh = !ev.At.Before(j.closeAt)
 	return j
+}
+
+// untrusted says why the sources seen may not be all the route's senders
+// ("" when they are).
+func (s Senders) untrusted(seen map[netip.Addr]bool) string {
+	switch {
+	case s.Known:
+		var unseen []netip.Addr
+		for _, a := range s.Addrs {
+			if !seen[a] {
+				unseen = append(unseen, a)
+			}
+		}
+		switch len(unseen) {
+		case 0:
+			return ""
+		case 1:
+			return fmt.Sprintf("the load balancer's node %s sent nothing while the agent watched", unseen[0])
+		}
+		return fmt.Sprintf("%d of the load balancer's %d nodes sent nothing while the agent watched (%s, ...)", len(unseen), len(s.Addrs), unseen[0])
+	case s.SeenAreAll:
+		return ""
+	}
+	return "the route's senders cannot be listed"
 }
 
 func later(a, b time.Time) time.Time {
@@ -266,6 +350,9 @@ func (j quietJudgement) nodeNote() string {
 	}
 	if j.unknown > 0 {
 		s += fmt.Sprintf(", %d of unknown source (too short to see) not counted as a source", j.unknown)
+	}
+	if j.others > 0 {
+		s += fmt.Sprintf(", %d from addresses not the load balancer's not counted", j.others)
 	}
 	return s
 }

@@ -18,10 +18,20 @@ func report(at time.Time, ss ...et.Stream) *Traffic {
 	return &Traffic{Summary: et.Summary(at, nil, ss...), At: at}
 }
 
-// tgOut is a target group route whose owner took the pod out, on port 8080.
+// tgOut is a target group route whose owner took the pod out, on port 8080,
+// the sources seen taken for all its senders.
 func tgOut(tail time.Duration) Observation {
 	return Observation{Kind: "targetgroup", Name: "tg", Synced: true, Out: true, State: "draining",
-		What: "the target is draining", Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080}}
+		What: "the target is draining", Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080},
+		Senders: evidence.Senders{SeenAreAll: true}}
+}
+
+// steady is a load balancer node's round robin to the pod (7/s) until stop,
+// as this agent, watching from t0, reports it: sampled every 100 ms, its
+// looks and gaps counted.
+func steady(rng *rand.Rand, stop time.Time) et.Stream {
+	s := et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), stop)
+	return et.Models[len(et.Models)-1].Sample(et.From(s, t0), t0)
 }
 
 // TestEvidenceNeverClosesARouteStillIn: a quiet pod whose owner still
@@ -44,7 +54,7 @@ func TestStaleEvidenceWaitsForTheAgent(t *testing.T) {
 	const tail = 20 * time.Second
 	rng := rand.New(rand.NewPCG(15, 16))
 	outSince := t0.Add(5 * time.Second)
-	s := et.Poisson(rng, "10.0.0.1", 5, t0, outSince)
+	s := steady(rng, outSince)
 	reported := et.Last(s).Add(100 * time.Millisecond)
 	p := Pod{Name: "p", Terminating: true, Traffic: report(reported, s)}
 	mem := Memory{TerminatingSince: t0, Routes: map[RouteKey]RouteMemory{{"targetgroup", "tg"}: {OutSince: outSince}}}
@@ -81,7 +91,7 @@ func TestHeldEvidenceIsAskedAgain(t *testing.T) {
 	const tail = 20 * time.Second
 	rng := rand.New(rand.NewPCG(17, 18))
 	outSince := t0.Add(200 * time.Millisecond)
-	s := et.Sampled(et.Poisson(rng, "10.0.0.1", 10, t0, outSince.Add(3*time.Second)), t0, 100*time.Millisecond)
+	s := steady(rng, outSince.Add(6*time.Second))
 	first := t0.Add(300 * time.Millisecond)
 	p := Pod{Name: "p", Terminating: true, Traffic: report(first, s)}
 	mem := Memory{TerminatingSince: t0, Routes: map[RouteKey]RouteMemory{{"targetgroup", "tg"}: {OutSince: outSince}}}
@@ -99,7 +109,7 @@ func TestHeldEvidenceIsAskedAgain(t *testing.T) {
 	if r := v.Routes[0]; v.Released || r.AskBy == nil || r.AskBy.After(first.Add(evidence.Refresh)) {
 		t.Errorf("at AskBy on the same evidence: released %v, ask by %v: %s", v.Released, r.AskBy, v.Message)
 	}
-	later := outSince.Add(8 * time.Second)
+	later := outSince.Add(10 * time.Second)
 	p.Traffic = report(later, s)
 	v, _ = Step(later, p, mem, []Observation{tgOut(tail)})
 	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic || v.Routes[0].AskBy != nil {

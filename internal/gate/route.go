@@ -54,6 +54,10 @@ type Observation struct {
 	// can only lengthen a wait. Without WeighTraffic the tail alone decides.
 	WeighTraffic bool
 	Ports        []uint16
+	// Senders is who may send the route's traffic, as far as its source
+	// knows (evidence.Senders): without a list, the evidence may lengthen
+	// the route's wait, never shorten it.
+	Senders evidence.Senders
 }
 
 // Phase is where a route stands for the gate.
@@ -111,8 +115,9 @@ type Assessment struct {
 // Evidence policy: it never closes a route whose owner still routes to the
 // pod. Once the owner took the pod out, a route that weighs traffic closes
 // when the evidence says (evidence.Judge: every source quiet; before the
-// tail's end only if every source sent enough to fit a rate, past it for
-// as long as a source keeps sending). Without evidence it closes at its
+// tail's end only if every source sent enough to fit a rate, passed the
+// shape check and the route's senders allow it, past it for as long as a
+// source keeps sending). Without evidence it closes at its
 // tail's end, or a tail after the latest arrival any earlier evidence
 // weighed for it (m.LastArrival) if that is later: evidence that held a
 // route open and then went missing (an ask without a summary, an agent
@@ -153,7 +158,7 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 	end := outSince.Add(tail)
 	r.Since, r.TailEnds = outSince, &end
 	if o.WeighTraffic {
-		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, What: o.What, Err: o.Err})
+		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, Senders: o.Senders, What: o.What, Err: o.Err})
 		if ok {
 			r.Detail, r.QuietBy, r.AskBy = c.Detail, c.QuietBy, c.AskBy
 			if !c.Closed {

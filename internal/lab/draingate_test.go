@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/chart"
 	"draingate.dev/draingate/internal/evidence"
+	et "draingate.dev/draingate/internal/evidence/evidencetest"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/lab/report"
 )
@@ -206,34 +206,31 @@ func TestTargetGroupCloses(t *testing.T) {
 // when traffic evidence closes a route parses.
 func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var arr evidence.Arrivals
-	for i := range 40 {
-		at := t0.Add(time.Duration(i) * 300 * time.Millisecond)
-		if i == 0 {
-			arr.First = at
-		}
-		arr.N++
-		arr.Last = append([]time.Time{at}, arr.Last...)[:min(arr.N, 16)]
-		arr.MaxGap = 300 * time.Millisecond
+	// A load balancer node's round robin (a request every 300 ms for 45 s)
+	// as this agent reports it, and the node's own probes on the same port
+	// at the same times.
+	const n = 150
+	s := et.Stream{Addr: "10.245.0.11", Port: 8080, Class: evidence.ClassRemote}
+	for i := range n {
+		s.Times = append(s.Times, t0.Add(time.Duration(i)*300*time.Millisecond+time.Millisecond))
 	}
+	s = et.Models[len(et.Models)-1].Sample(s, t0)
 	now := t0.Add(time.Minute)
-	src := api.SourceTraffic{Arrivals: arr.N, First: now.Sub(arr.First), MaxGap: arr.MaxGap}
-	for _, l := range arr.Last {
-		src.Last = append(src.Last, now.Sub(l))
-	}
-	remote, node := src, src
-	remote.Addr, remote.Port = netip.MustParseAddr("10.245.0.11"), 8080
-	node.Addr, node.Port = netip.MustParseAddr("10.244.0.1"), 8080
-	tr := &gate.Traffic{Summary: &api.Traffic{Sources: []api.SourceTraffic{remote, node}}, At: now, Node: []netip.Addr{node.Addr}}
+	summary := et.Summary(now, nil, s)
+	remote := summary.Sources[0]
+	node := remote
+	node.Addr = netip.MustParseAddr("10.244.0.1")
+	summary.Sources = append(summary.Sources, node)
+	tr := &gate.Traffic{Summary: summary, At: now, Node: []netip.Addr{node.Addr}}
 	o := gate.Observation{Kind: "targetgroup", Name: "arn:a", Synced: true, Out: true, State: "draining", What: "draining",
-		Tail: 5 * time.Minute, TailName: "NLB", WeighTraffic: true, Ports: []uint16{8080}}
+		Tail: 5 * time.Minute, TailName: "NLB", WeighTraffic: true, Ports: []uint16{8080}, Senders: evidence.Senders{SeenAreAll: true}}
 	mem := gate.Memory{TerminatingSince: t0, Routes: map[gate.RouteKey]gate.RouteMemory{{Kind: "targetgroup", Name: "arn:a"}: {OutSince: t0.Add(5 * time.Second)}}}
 	v, _ := gate.Step(now, gate.Pod{Name: "p", Terminating: true, Traffic: tr}, mem, []gate.Observation{o})
 	if !v.Released {
-		t.Fatalf("not released: %s", v.Message)
+		t.Fatalf("not released: %s: %s", v.Message, v.Routes[0].Detail)
 	}
 	got := targetGroupCloses("draingate-prestop: released after 1m0s: drained (): " + v.Message)
-	if got.Traffic != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" || got.Sources != 1 || got.NodeArrivals != 40 {
+	if got.Traffic != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" || got.Sources != 1 || got.NodeArrivals != n {
 		t.Errorf("targetGroupCloses(%q) = %+v, want one close by traffic with its bound and rates", v.Message, got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
@@ -76,7 +77,8 @@ func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, knownRoutes []gate.
 	}
 	var out []gate.Observation
 	for _, n := range slices.Sorted(maps.Keys(names)) {
-		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test", WeighTraffic: len(s.ports) > 0, Ports: s.ports}
+		o := gate.Observation{Kind: "test", Name: n, Synced: true, State: "in", What: "listed", Tail: 10 * time.Second, TailName: "test", WeighTraffic: len(s.ports) > 0, Ports: s.ports,
+			Senders: evidence.Senders{SeenAreAll: true}}
 		if names[n] {
 			o.State, o.Out, o.What = "out", true, "dropped"
 		}
@@ -357,12 +359,16 @@ func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
 		r.src.ports = []uint16{8080}
 		r.put("u1", true)
 		src := netip.MustParseAddr("10.0.0.1")
+		// What this agent reports of a steady 4/s, watched 10 s up to
+		// sinceLast ago: one arrival every 2 or 3 looks of 100 ms.
 		summary := func(sinceLast time.Duration) *api.Traffic {
-			st := api.SourceTraffic{Addr: src, Port: 8080, Arrivals: 41, First: 10*time.Second + sinceLast, MaxGap: 400 * time.Millisecond}
+			st := api.SourceTraffic{Addr: src, Port: 8080, Arrivals: 41, First: 10*time.Second + sinceLast, MaxGap: 300 * time.Millisecond,
+				Looks: api.Looks{N: 100, Pauses: 40}, RecentLooks: api.Looks{N: 38, Pauses: 15}, Gaps: make([]api.GapBin, api.GapBins)}
+			st.Gaps[1] = api.GapBin{N: 40, Sum: 100}
 			for i := range 16 {
 				st.Last = append(st.Last, sinceLast+time.Duration(i)*250*time.Millisecond)
 			}
-			return &api.Traffic{Watched: 11*time.Second + sinceLast, Sources: []api.SourceTraffic{st}}
+			return &api.Traffic{Watched: 11*time.Second + sinceLast, Every: 100 * time.Millisecond, Sources: []api.SourceTraffic{st}}
 		}
 		ask := func(tr *api.Traffic) api.Verdict {
 			t.Helper()

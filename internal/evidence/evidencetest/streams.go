@@ -5,6 +5,7 @@
 package evidencetest
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -98,16 +99,63 @@ func Regular(rng *rand.Rand, addr string, rate, jitter float64, start, stop time
 // OnOff is a bursty source: bursts at rate per second lasting `on` on
 // average, separated by pauses of `off` on average (both exponential).
 func OnOff(rng *rand.Rand, addr string, rate float64, on, off time.Duration, start, stop time.Time) Stream {
+	return Bursts(rng, addr, rate, on, Exponential(rng, off), start, stop)
+}
+
+// Bursts is a bursty source: Poisson bursts at rate per second lasting
+// `on` on average (exponential), separated by pauses drawn from pause,
+// the first burst starting at start.
+func Bursts(rng *rand.Rand, addr string, rate float64, on time.Duration, pause func() time.Duration, start, stop time.Time) Stream {
 	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
-	exp := func(mean time.Duration) time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
-	for t := start; t.Before(stop); t = t.Add(exp(off)) {
-		end := t.Add(exp(on))
-		for ; t.Before(end) && t.Before(stop); t = t.Add(exp(time.Duration(float64(time.Second) / rate))) {
+	exp := Exponential(rng, on)
+	gap := Exponential(rng, time.Duration(float64(time.Second)/rate))
+	for t := start; t.Before(stop); t = t.Add(pause()) {
+		end := t.Add(exp())
+		for ; t.Before(end) && t.Before(stop); t = t.Add(gap()) {
 			s.Times = append(s.Times, t)
 		}
 		t = end
 	}
 	return s
+}
+
+// Exponential draws durations of the given mean, exponentially.
+func Exponential(rng *rand.Rand, mean time.Duration) func() time.Duration {
+	return func() time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
+}
+
+// Pareto draws durations of the given mean from a Pareto distribution of
+// shape alpha (> 1; the smaller, the heavier its tail: at 1.5 its variance
+// is infinite).
+func Pareto(rng *rand.Rand, mean time.Duration, alpha float64) func() time.Duration {
+	xm := float64(mean) * (alpha - 1) / alpha
+	return func() time.Duration { return time.Duration(xm / math.Pow(1-rng.Float64(), 1/alpha)) }
+}
+
+// Varying is a Poisson source whose rate per second changes with time
+// (rate(t), never above peak), from start until stop.
+func Varying(rng *rand.Rand, addr string, rate func(time.Time) float64, peak float64, start, stop time.Time) Stream {
+	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	for t := start; ; {
+		t = t.Add(time.Duration(rng.ExpFloat64() / peak * float64(time.Second)))
+		if !t.Before(stop) {
+			return s
+		}
+		if rng.Float64()*peak < rate(t) {
+			s.Times = append(s.Times, t)
+		}
+	}
+}
+
+// Merge is the streams' arrivals as one source's (addr's): a load
+// balancer node carrying several clients' requests.
+func Merge(addr string, ss ...Stream) Stream {
+	out := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	for _, s := range ss {
+		out.Times = append(out.Times, s.Times...)
+	}
+	slices.SortFunc(out.Times, func(a, b time.Time) int { return a.Compare(b) })
+	return out
 }
 
 // Arrivals is what an agent reporting at `at` would say of the times (in
@@ -157,6 +205,23 @@ func LookCounts(s Stream, k int) (all, recent evidence.Looks) {
 	return count(0, k-1), count(max(0, k-api.MaxTrafficAges), k-1)
 }
 
+// GapCounts is what an agent counting its looks says of the gaps between
+// the first k arrivals of the sampled stream s (Arrivals.Gaps): nil with
+// fewer than two.
+func GapCounts(s Stream, k int) []api.GapBin {
+	if k < 2 {
+		return nil
+	}
+	idx, _ := lookIndex(s)
+	g := make([]api.GapBin, api.GapBins)
+	for i := 1; i < k; i++ {
+		d := idx[i] - idx[i-1]
+		b := &g[api.GapBinOf(d)]
+		b.N, b.Sum = b.N+1, b.Sum+d
+	}
+	return g
+}
+
 // lookIndexes memoizes, per sampled stream (by the address of its first
 // time), each arrival's look and how many pauses came before it.
 var lookIndexes = map[*time.Time][2][]int{}
@@ -188,6 +253,7 @@ func At(at time.Time, eps float64, unknown []time.Time, ss ...Stream) *evidence.
 			a.Every = s.Every
 			if s.Count {
 				a.Looks, a.RecentLooks = LookCounts(s, a.N)
+				a.Gaps = GapCounts(s, a.N)
 			}
 			ev.Sources = append(ev.Sources, evidence.Source{Addr: netip.MustParseAddr(s.Addr), Port: s.Port, Class: s.Class, Arrivals: a})
 		}
@@ -225,6 +291,7 @@ func Summary(at time.Time, unknown []time.Time, ss ...Stream) *api.Traffic {
 		if s.Count {
 			all, recent := LookCounts(s, a.N)
 			st.Looks, st.RecentLooks = api.Looks{N: all.N, Pauses: all.Pauses}, api.Looks{N: recent.N, Pauses: recent.Pauses}
+			st.Gaps = GapCounts(s, a.N)
 		}
 		t.Sources = append(t.Sources, st)
 	}
@@ -241,4 +308,21 @@ func ages(a evidence.Arrivals, at time.Time) api.SourceTraffic {
 		st.Last = append(st.Last, at.Sub(l))
 	}
 	return st
+}
+
+// From is s without its arrivals before start: a source generated from
+// earlier, so that it is already in its stride (mid-burst, mid-pause) when
+// the agent starts watching.
+func From(s Stream, start time.Time) Stream {
+	i, _ := slices.BinarySearchFunc(s.Times, start, func(t, start time.Time) int { return t.Compare(start) })
+	s.Times = s.Times[i:]
+	return s
+}
+
+// Forget drops what Arrivals and LookCounts memoized of the streams seen so
+// far: a long simulation calls it between drains, so that its memory stays
+// that of one drain.
+func Forget() {
+	clear(maxGaps)
+	clear(lookIndexes)
 }

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
 )
@@ -364,6 +365,10 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			// pod's own traffic says when it stops: the route is out, and
 			// closes when its sources went quiet, the tail being a floor.
 			o.State, o.Out, o.WeighTraffic = StateTerminatingServing, true, true
+			// Who sends through the node (a load balancer's nodes, clients
+			// with their addresses kept) is not listed: the sources seen
+			// are taken for all of them.
+			o.Senders = evidence.Senders{SeenAreAll: true}
 			o.What = "the slice lists the pod's endpoint as terminating but serving, the last ready one on its node under the " +
 				"Service's Local traffic policy: kube-proxy there still sends it that node's traffic, until the traffic stops"
 		}

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
+	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
 )
@@ -193,6 +194,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic = true
+			// The load balancer's nodes are not listed yet: the sources
+			// seen are taken for all of them.
+			o.Senders = evidence.Senders{SeenAreAll: true}
 		case groupGone(obs.Err) && !s.wasRoute(key, arn):
 			// A binding whose group was deleted in AWS: no route of a pod
 			// it never served (it would otherwise hold every pod of the

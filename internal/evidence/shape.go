@@ -1,0 +1,203 @@
+package evidence
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"draingate.dev/draingate/api"
+)
+
+// The shape of a source's silences (see gapBound and rateFell).
+const (
+	// minLongGaps is the fewest gaps at or past a threshold that gapBound
+	// fits a tail to.
+	minLongGaps = 3
+	// outlierAlpha is the chance below which the longest gap, set against
+	// the others, says the source pauses longer than they foretell.
+	outlierAlpha = 1e-2
+	// fellZ is how many standard deviations below the whole watch's share
+	// of looks with data the latest arrivals' must fall to say the rate
+	// fell.
+	fellZ = 2.5
+	// spanFactor is how many times its bound a source must have been
+	// watched (from its first arrival to its latest) before a silence of
+	// that bound says it stopped.
+	spanFactor = 3
+	// minHeavyGaps, heavyAlpha, heavyReject: the heavy-tail test (see
+	// gapBound).
+	minHeavyGaps = 5
+	heavyAlpha   = 1.5
+	heavyReject  = 1e-2
+)
+
+// shapeCheck turns the shape check on; tests turn it off to show what it
+// guards (export_test.go).
+var shapeCheck = true
+
+// gapBound is how many empty looks in a row, after the latest look with
+// data, a sampled source still sending leaves with chance at most target,
+// judged from its long gaps alone (gaps in looks between consecutive looks
+// with data, binned: api.SourceTraffic.Gaps), or why its gaps cannot bound
+// it.
+//
+// The Poisson and Markov fits (fitSampled) take a source's gaps to be all
+// of one kind. A source that sends bursts between pauses of their own
+// length (a batch client, page loads that fan out, retries) has two: many
+// short gaps inside its bursts, a few long ones between. Fitted to all of
+// them, either model foretells the short ones and not the pauses, and a
+// pause then passes for the source having stopped. So the long gaps are
+// weighed on their own: for each threshold u (2, 4, 8, ... looks) with at
+// least minLongGaps gaps at or past it, a gap's excess over u is taken as
+// geometric, its chance c to go on one more look unknown (Jeffreys'
+// prior): from r such gaps whose excesses sum to S, c ~ Beta(S + ½, r + ½)
+// and the chance that the next gap's excess reaches x is E[c^x]; the
+// chance that a gap reaches u at all is (r + ½)/(gaps + 1). The silence
+// that brings their product under target is that threshold's bound, and
+// the bound is the longest over the thresholds: a source whose gaps are
+// all of one kind gets about what the models give, a bursty one the bound
+// of its pauses. Few long gaps leave c uncertain: a source seen to pause
+// two or three times gets a bound longer than a tail, and so no early
+// close.
+//
+// Then two checks. The longest gap, set against the others: if, fitted
+// without it, they give a gap that long a chance under outlierAlpha among
+// as many gaps, the source pauses longer than anything else it did
+// foretells, and its gaps cannot bound it. And heavy tails: at the
+// highest threshold with minHeavyGaps gaps past it, a Pareto tail of index
+// heavyAlpha would have a share 2^−α of them reach twice the threshold;
+// unless those that did are too few for that (chance under heavyReject),
+// the tail may be that heavy, and the bound is at least the Pareto one,
+// the silence x with π (x/u)^−α ≤ target.
+func gapBound(gaps []api.GapBin, longest, target float64) (n float64, why string) {
+	var total int
+	for _, b := range gaps {
+		total += b.N
+	}
+	// tail is the gaps at or past bin j's threshold, less one of length
+	// skip (if it is there): how many, and their excesses' sum.
+	tail := func(j int, skip float64) (r, s float64) {
+		u := float64(int(1) << j)
+		for _, b := range gaps[j:] {
+			r += float64(b.N)
+			s += float64(b.Sum) - u*float64(b.N)
+		}
+		if skip >= u {
+			r, s = r-1, s-(skip-u)
+		}
+		return r, s
+	}
+	lt := math.Log(target)
+	maxN := math.Ceil(maxQuiet.Seconds() / 0.001)
+	bins := min(len(gaps), api.GapBins)
+	for j := 1; j < bins; j++ {
+		r, s := tail(j, 0)
+		if r < minLongGaps {
+			break
+		}
+		u := float64(int(1) << j)
+		lpi := math.Log((r + 0.5) / (float64(total) + 1))
+		c := beta{s + 0.5, r + 0.5}
+		x := fewestLooks(maxN, func(x float64) float64 { return lpi + c.moment(x) }, lt)
+		n = max(n, u-1+x)
+		// The longest gap against the others at this threshold.
+		if lr, ls := tail(j, longest); lr >= minLongGaps-1 && longest >= u {
+			lc := beta{ls + 0.5, lr + 0.5}
+			if p := float64(total) * (lr + 0.5) / float64(total) * math.Exp(lc.moment(longest-u)); p < outlierAlpha {
+				return 0, fmt.Sprintf("bursty: a gap of %.0f looks, longer than its other gaps foretell", longest)
+			}
+		}
+	}
+	for j := bins - 1; j >= 1; j-- {
+		r, _ := tail(j, 0)
+		if r < minHeavyGaps {
+			continue
+		}
+		reached := 0.0
+		if j+1 < bins {
+			reached, _ = tail(j+1, 0)
+		}
+		if binomialAtMost(int(reached), int(r), math.Pow(2, -heavyAlpha)) >= heavyReject {
+			u := float64(int(1) << j)
+			pi := (r + 0.5) / (float64(total) + 1)
+			n = max(n, u*math.Pow(max(pi/target, 1), 1/heavyAlpha))
+		}
+		break
+	}
+	return n, ""
+}
+
+// binomialAtMost is P(X ≤ x) for X ~ Binomial(n, p).
+func binomialAtMost(x, n int, p float64) float64 {
+	var sum float64
+	for i := 0; i <= x && i <= n; i++ {
+		lc := lgamma(float64(n+1)) - lgamma(float64(i+1)) - lgamma(float64(n-i+1))
+		sum += math.Exp(lc + float64(i)*math.Log(p) + float64(n-i)*math.Log1p(-p))
+	}
+	return sum
+}
+
+// rateFell says whether the latest arrivals (RecentLooks over the gaps of
+// Last) found data in a share of looks below the whole watch's share p by
+// more than fellZ standard deviations: a source slowing down while watched,
+// whose next gaps the whole watch's fit would take for silence.
+func rateFell(a Arrivals, p, d float64) string {
+	r := a.RecentLooks
+	if r.N <= 0 || len(a.Last) < 2 {
+		return ""
+	}
+	kr := float64(len(a.Last) - 1)
+	mr := max(float64(r.N), kr)
+	if sd := math.Sqrt(p * (1 - p) / mr); kr/mr >= p-fellZ*sd {
+		return ""
+	}
+	rate := func(p float64) float64 { return -math.Log1p(-min(p, 1-1/(2*mr))) / d }
+	return fmt.Sprintf("its rate fell while watched (%.1f/s lately, %.1f/s overall)", rate(kr/mr), rate(p))
+}
+
+// shape applies the shape check to sampled arrivals with looks counted
+// (k with data of m, looks of d seconds) and the bound n (looks) the
+// models gave: the longer bound the gaps need, or why the source gives no
+// early close. target is the chance the bound must bring a false quiet
+// under.
+func shape(a Arrivals, k, m, d, n, target float64) (float64, string) {
+	if !shapeCheck {
+		return n, ""
+	}
+	if a.Gaps == nil {
+		return 0, "its agent does not count its gaps (an older version)"
+	}
+	if why := rateFell(a, k/m, d); why != "" {
+		return 0, why
+	}
+	longest := math.Round(a.MaxGap.Seconds() / d)
+	g, why := gapBound(a.Gaps, longest, target)
+	if why != "" {
+		return 0, why
+	}
+	n = min(recentBound(a, k/m, max(n, g)), math.Ceil(maxQuiet.Seconds()/d))
+	// A source seen for a moment (one burst) has not shown how long it
+	// pauses: its silence must be short against how long it was watched.
+	if span := a.Last[0].Sub(a.First).Seconds(); span < spanFactor*(n+1)*d {
+		return 0, fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span,
+			time.Duration((n+1)*d*float64(time.Second)).Round(100*time.Millisecond))
+	}
+	return n, ""
+}
+
+// recentBound is the models' bound n at the latest arrivals' share of
+// looks with data (Last, over RecentLooks) instead of the whole watch's p,
+// when it is lower: a source slowing down, whose latest gaps are longer
+// than the watch's, gets a bound as much longer as its rate is lower.
+func recentBound(a Arrivals, p, n float64) float64 {
+	r := a.RecentLooks
+	if r.N <= 0 || len(a.Last) < 2 || p >= 1 {
+		return n
+	}
+	kr := float64(len(a.Last) - 1)
+	pr := kr / max(float64(r.N), kr)
+	if pr >= p || pr <= 0 {
+		return n
+	}
+	return n * math.Log1p(-p) / math.Log1p(-pr)
+}
