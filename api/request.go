@@ -187,6 +187,15 @@ const maxLooks = 1 << 30
 // encodeLooks writes the traffic-looks parameter of the sources that
 // EncodeTraffic writes; empty when none counted its looks.
 func encodeLooks(sources []SourceTraffic) string {
+	return encodePerSource(sources, func(s SourceTraffic) ([]int, bool) {
+		return []int{s.Looks.N, s.Looks.Pauses, s.RecentLooks.N, s.RecentLooks.Pauses}, s.Looks.N > 0
+	})
+}
+
+// encodePerSource writes a per-source query parameter: for each source
+// EncodeTraffic writes, comma-separated, its counts (fields) joined by
+// '.', each from 0 to maxLooks; empty when fields counted none.
+func encodePerSource(sources []SourceTraffic, fields func(SourceTraffic) ([]int, bool)) string {
 	var b strings.Builder
 	counted := false
 	for i, s := range sources {
@@ -196,13 +205,14 @@ func encodeLooks(sources []SourceTraffic) string {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		for j, v := range []int{s.Looks.N, s.Looks.Pauses, s.RecentLooks.N, s.RecentLooks.Pauses} {
+		f, c := fields(s)
+		for j, v := range f {
 			if j > 0 {
 				b.WriteString(".")
 			}
 			b.WriteString(strconv.Itoa(min(max(v, 0), maxLooks)))
 		}
-		counted = counted || s.Looks.N > 0
+		counted = counted || c
 	}
 	if !counted {
 		return ""
@@ -210,29 +220,45 @@ func encodeLooks(sources []SourceTraffic) string {
 	return b.String()
 }
 
+// perSource splits a per-source query parameter's value into its sources'
+// entries (f, as many as the traffic's sources), each into its counts (from
+// 0 to maxLooks; none for an empty entry).
+func perSource(s, param, what string, sources int) (f []string, counts [][]int, err error) {
+	f = strings.Split(s, ",")
+	if len(f) != sources {
+		return nil, nil, badRequest("%s gives %d sources' %s, the traffic %d", param, len(f), what, sources)
+	}
+	out := make([][]int, len(f))
+	for i, e := range f {
+		if e == "" {
+			continue
+		}
+		for _, x := range strings.Split(e, ".") {
+			c, err := strconv.Atoi(x)
+			if !digits(x) || err != nil || c > maxLooks {
+				return nil, nil, badRequest("%s %s: %s is not a count from 0 to %d", param, Quote(e, maxQuoted), Quote(x, maxQuoted), maxLooks)
+			}
+			out[i] = append(out[i], c)
+		}
+	}
+	return f, out, nil
+}
+
 // parseLooks reads the traffic-looks parameter into sources (one entry
 // each): counts up to maxLooks, no more pauses than looks, no more recent
 // looks than looks.
 func parseLooks(s string, sources []SourceTraffic) error {
-	f := strings.Split(s, ",")
-	if len(f) != len(sources) {
-		return badRequest("%s gives %d sources' looks, the traffic %d", trafficLooksParam, len(f), len(sources))
+	f, entries, err := perSource(s, trafficLooksParam, "looks", len(sources))
+	if err != nil {
+		return err
 	}
-	for i, e := range f {
-		v := strings.Split(e, ".")
-		var n [4]int
-		if len(v) != len(n) {
-			return badRequest("%s %s: want looks.pauses.recent looks.recent pauses", trafficLooksParam, Quote(e, maxQuoted))
-		}
-		for j, x := range v {
-			c, err := strconv.Atoi(x)
-			if !digits(x) || err != nil || c > maxLooks {
-				return badRequest("%s %s: %s is not a count from 0 to %d", trafficLooksParam, Quote(e, maxQuoted), Quote(x, maxQuoted), maxLooks)
-			}
-			n[j] = c
+	for i, n := range entries {
+		e := Quote(f[i], maxQuoted)
+		if len(n) != 4 {
+			return badRequest("%s %s: want looks.pauses.recent looks.recent pauses", trafficLooksParam, e)
 		}
 		if n[1] > n[0] || n[3] > n[2] || n[2] > n[0] {
-			return badRequest("%s %s: more pauses than looks, or more recent looks than looks", trafficLooksParam, Quote(e, maxQuoted))
+			return badRequest("%s %s: more pauses than looks, or more recent looks than looks", trafficLooksParam, e)
 		}
 		sources[i].Looks = Looks{N: n[0], Pauses: n[1]}
 		sources[i].RecentLooks = Looks{N: n[2], Pauses: n[3]}
@@ -249,72 +275,45 @@ const trafficGapsParam = "traffic-gaps"
 // encodeGaps writes the traffic-gaps parameter of the sources that
 // EncodeTraffic writes; empty when none counted its gaps.
 func encodeGaps(sources []SourceTraffic) string {
-	var b strings.Builder
-	counted := false
-	for i, s := range sources {
-		if i == MaxTrafficSources {
-			break
-		}
-		if i > 0 {
-			b.WriteString(",")
-		}
+	return encodePerSource(sources, func(s SourceTraffic) ([]int, bool) {
 		bins := s.Gaps[:min(len(s.Gaps), GapBins)]
 		for len(bins) > 0 && bins[len(bins)-1] == (GapBin{}) {
 			bins = bins[:len(bins)-1]
 		}
-		for j, g := range bins {
-			if j > 0 {
-				b.WriteString(".")
-			}
-			b.WriteString(strconv.Itoa(min(max(g.N, 0), maxLooks)))
-			b.WriteString(".")
-			b.WriteString(strconv.Itoa(min(max(g.Sum, 0), maxLooks)))
+		var f []int
+		for _, g := range bins {
+			f = append(f, g.N, g.Sum)
 		}
-		counted = counted || s.Gaps != nil
-	}
-	if !counted {
-		return ""
-	}
-	return b.String()
+		return f, s.Gaps != nil
+	})
 }
 
 // parseGaps reads the traffic-gaps parameter into sources (one entry each):
 // counts and sums up to maxLooks, each bin's sum within what its count of
 // gaps of its lengths can make, no more gaps than looks.
 func parseGaps(s string, sources []SourceTraffic) error {
-	f := strings.Split(s, ",")
-	if len(f) != len(sources) {
-		return badRequest("%s gives %d sources' gaps, the traffic %d", trafficGapsParam, len(f), len(sources))
+	f, entries, err := perSource(s, trafficGapsParam, "gaps", len(sources))
+	if err != nil {
+		return err
 	}
-	for i, e := range f {
-		// None counted (or only empty bins: a source of one arrival).
-		if e == "" {
-			continue
-		}
-		v := strings.Split(e, ".")
-		if len(v)%2 != 0 || len(v) > 2*GapBins {
-			return badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", trafficGapsParam, Quote(e, maxQuoted), GapBins)
+	for i, n := range entries {
+		e := Quote(f[i], maxQuoted)
+		if len(n)%2 != 0 || len(n) > 2*GapBins {
+			return badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", trafficGapsParam, e, GapBins)
 		}
 		gaps, total := make([]GapBin, GapBins), 0
-		for j := 0; j < len(v); j += 2 {
-			var n [2]int
-			for k, x := range v[j : j+2] {
-				c, err := strconv.Atoi(x)
-				if !digits(x) || err != nil || c > maxLooks {
-					return badRequest("%s %s: %s is not a count from 0 to %d", trafficGapsParam, Quote(e, maxQuoted), Quote(x, maxQuoted), maxLooks)
-				}
-				n[k] = c
-			}
+		for j := 0; j < len(n); j += 2 {
 			bin, lo := j/2, 1<<(j/2)
-			if n[1] < n[0]*lo || bin < GapBins-1 && n[1] > n[0]*(2*lo-1) {
-				return badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", trafficGapsParam, Quote(e, maxQuoted), n[0], bin, n[1])
+			if n[j+1] < n[j]*lo || bin < GapBins-1 && n[j+1] > n[j]*(2*lo-1) {
+				return badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", trafficGapsParam, e, n[j], bin, n[j+1])
 			}
-			gaps[bin] = GapBin{N: n[0], Sum: n[1]}
-			total += n[0]
+			gaps[bin] = GapBin{N: n[j], Sum: n[j+1]}
+			total += n[j]
 		}
 		if sources[i].Looks.N > 0 && total > sources[i].Looks.N {
-			return badRequest("%s %s: more gaps than looks (%d)", trafficGapsParam, Quote(e, maxQuoted), sources[i].Looks.N)
+			return badRequest("%s %s: more gaps than looks (%d)", trafficGapsParam, e, sources[i].Looks.N)
 		}
+		// None counted (or only empty bins: a source of one arrival).
 		if total > 0 {
 			sources[i].Gaps = gaps
 		}

@@ -69,7 +69,7 @@ var shapeCheck = true
 // unless those that did are too few for that (chance under heavyReject),
 // the tail may be that heavy, and the bound is at least the Pareto one,
 // the silence x with π (x/u)^−α ≤ target.
-func gapBound(gaps []api.GapBin, longest, target float64) (n float64, why string) {
+func gapBound(gaps []api.GapBin, longest, target, maxN float64) (n float64, why string) {
 	var total int
 	for _, b := range gaps {
 		total += b.N
@@ -88,7 +88,6 @@ func gapBound(gaps []api.GapBin, longest, target float64) (n float64, why string
 		return r, s
 	}
 	lt := math.Log(target)
-	maxN := math.Ceil(maxQuiet.Seconds() / 0.001)
 	bins := min(len(gaps), api.GapBins)
 	for j := 1; j < bins; j++ {
 		r, s := tail(j, 0)
@@ -100,10 +99,12 @@ func gapBound(gaps []api.GapBin, longest, target float64) (n float64, why string
 		c := beta{s + 0.5, r + 0.5}
 		x := fewestLooks(maxN, func(x float64) float64 { return lpi + c.moment(x) }, lt)
 		n = max(n, u-1+x)
-		// The longest gap against the others at this threshold.
+		// The longest gap against the others at this threshold: among
+		// as many gaps, (lr + ½) of them reach u, each going on past the
+		// longest with the others' chance.
 		if lr, ls := tail(j, longest); lr >= minLongGaps-1 && longest >= u {
 			lc := beta{ls + 0.5, lr + 0.5}
-			if p := float64(total) * (lr + 0.5) / float64(total) * math.Exp(lc.moment(longest-u)); p < outlierAlpha {
+			if p := (lr + 0.5) * math.Exp(lc.moment(longest-u)); p < outlierAlpha {
 				return 0, fmt.Sprintf("bursty: a gap of %.0f looks, longer than its other gaps foretell", longest)
 			}
 		}
@@ -137,22 +138,33 @@ func binomialAtMost(x, n int, p float64) float64 {
 	return sum
 }
 
-// rateFell says whether the latest arrivals (RecentLooks over the gaps of
-// Last) found data in a share of looks below the whole watch's share p by
-// more than fellZ standard deviations: a source slowing down while watched,
-// whose next gaps the whole watch's fit would take for silence.
-func rateFell(a Arrivals, p, d float64) string {
+// recentShare is the latest arrivals' share of looks with data (the gaps
+// of Last, over RecentLooks) and how many looks it is out of; ok is false
+// when the agent did not count them.
+func recentShare(a Arrivals) (p, looks float64, ok bool) {
 	r := a.RecentLooks
 	if r.N <= 0 || len(a.Last) < 2 {
-		return ""
+		return 0, 0, false
 	}
 	kr := float64(len(a.Last) - 1)
-	mr := max(float64(r.N), kr)
-	if sd := math.Sqrt(p * (1 - p) / mr); kr/mr >= p-fellZ*sd {
+	looks = max(float64(r.N), kr)
+	return kr / looks, looks, true
+}
+
+// rateFell says whether the latest arrivals (recentShare) found data in a
+// share of looks below the whole watch's share p by more than fellZ
+// standard deviations: a source slowing down while watched, whose next
+// gaps the whole watch's fit would take for silence.
+func rateFell(a Arrivals, p, d float64) string {
+	pr, mr, ok := recentShare(a)
+	if !ok {
+		return ""
+	}
+	if sd := math.Sqrt(p * (1 - p) / mr); pr >= p-fellZ*sd {
 		return ""
 	}
 	rate := func(p float64) float64 { return -math.Log1p(-min(p, 1-1/(2*mr))) / d }
-	return fmt.Sprintf("its rate fell while watched (%.1f/s lately, %.1f/s overall)", rate(kr/mr), rate(p))
+	return fmt.Sprintf("its rate fell while watched (%.1f/s lately, %.1f/s overall)", rate(pr), rate(p))
 }
 
 // shape applies the shape check to sampled arrivals with looks counted
@@ -171,11 +183,12 @@ func shape(a Arrivals, k, m, d, n, target float64) (float64, string) {
 		return 0, why
 	}
 	longest := math.Round(a.MaxGap.Seconds() / d)
-	g, why := gapBound(a.Gaps, longest, target)
+	maxN := math.Ceil(maxQuiet.Seconds() / d)
+	g, why := gapBound(a.Gaps, longest, target, maxN)
 	if why != "" {
 		return 0, why
 	}
-	n = min(recentBound(a, k/m, max(n, g)), math.Ceil(maxQuiet.Seconds()/d))
+	n = min(recentBound(a, k/m, max(n, g)), maxN)
 	// A source seen for a moment (one burst) has not shown how long it
 	// pauses: its silence must be short against how long it was watched.
 	if span := a.Last[0].Sub(a.First).Seconds(); span < spanFactor*(n+1)*d {
@@ -186,17 +199,12 @@ func shape(a Arrivals, k, m, d, n, target float64) (float64, string) {
 }
 
 // recentBound is the models' bound n at the latest arrivals' share of
-// looks with data (Last, over RecentLooks) instead of the whole watch's p,
-// when it is lower: a source slowing down, whose latest gaps are longer
-// than the watch's, gets a bound as much longer as its rate is lower.
+// looks with data (recentShare) instead of the whole watch's p, when it is
+// lower: a source slowing down, whose latest gaps are longer than the
+// watch's, gets a bound as much longer as its rate is lower.
 func recentBound(a Arrivals, p, n float64) float64 {
-	r := a.RecentLooks
-	if r.N <= 0 || len(a.Last) < 2 || p >= 1 {
-		return n
-	}
-	kr := float64(len(a.Last) - 1)
-	pr := kr / max(float64(r.N), kr)
-	if pr >= p || pr <= 0 {
+	pr, _, ok := recentShare(a)
+	if !ok || p >= 1 || pr >= p || pr <= 0 {
 		return n
 	}
 	return n * math.Log1p(-p) / math.Log1p(-pr)

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strings"
@@ -63,7 +64,7 @@ func (r Route) Out() time.Time {
 // commutative, associative and idempotent but for which ports it keeps,
 // so replicas writing in any order agree on when each route went out.
 func Union(a, b Record) Record {
-	out := Record{Pod: cmpOr(a.Pod, b.Pod), Since: earliest(a.Since, b.Since)}
+	out := Record{Pod: cmp.Or(a.Pod, b.Pod), Since: earliest(a.Since, b.Since)}
 	byKey := map[gate.RouteKey]Route{}
 	for _, r := range slices.Concat(a.Routes, b.Routes) {
 		k := gate.RouteKey{Kind: r.Kind, Name: r.Name}
@@ -199,13 +200,6 @@ func latest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func compareKeys(a, b gate.RouteKey) int {

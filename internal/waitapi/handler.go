@@ -395,9 +395,6 @@ func uidMismatch(req api.DrainRequest, v api.Verdict) bool {
 	return req.UID != "" && v.UID != "" && !strings.EqualFold(req.UID, v.UID)
 }
 
-// notFound is the verdict sent with a 404 for a pod: not released, reason
-// not-found, so an agent reading the body learns the same as from the
-// status.
 // unknownMessage is the answer about a pod the server does not know, or
 // that the caller may not ask about: the same for both.
 func unknownMessage(req api.DrainRequest) string {
@@ -429,6 +426,9 @@ func (h *handler) logRefused(req api.DrainRequest, remote netip.Addr, err error)
 		"why", api.Truncate(api.OneLine(err.Error()), 300), "refused_since_last_line", quiet)
 }
 
+// notFound is the verdict sent with a 404 for a pod: not released, reason
+// not-found, so an agent reading the body learns the same as from the
+// status.
 func notFound(req api.DrainRequest, msg string) *api.Verdict {
 	return &api.Verdict{Pod: req.Pod, Namespace: req.Namespace, UID: req.UID, Reason: api.ReasonNotFound, Message: msg}
 }

@@ -231,16 +231,11 @@ func (s *Source) bound(ctx context.Context, pod *corev1.Pod, arns map[string]boo
 	if err != nil {
 		return nil, err
 	}
-	var list unstructured.UnstructuredList
-	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
-	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+	bindings, err := s.ipBindings(ctx, pod.Namespace)
+	if err != nil {
+		return nil, err
 	}
-	for i := range list.Items {
-		b := BindingFrom(&list.Items[i])
-		if b.TargetType == "instance" || b.ARN == "" {
-			continue
-		}
+	for _, b := range bindings {
 		arns[b.ARN] = true
 		// Listed ready or serving: the controller registers it, or did.
 		// Listed neither (never ready) it never was, and a group that does
@@ -300,14 +295,12 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 	case s.services == nil:
 		return 0, "", errors.New("target-group routes have not started")
 	}
-	var list unstructured.UnstructuredList
-	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
-	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return 0, "", fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+	bindings, err := s.ipBindings(ctx, pod.Namespace)
+	if err != nil {
+		return 0, "", err
 	}
-	for i := range list.Items {
-		b := BindingFrom(&list.Items[i])
-		if b.TargetType == "instance" || b.ARN == "" || b.Service == "" {
+	for _, b := range bindings {
+		if b.Service == "" {
 			continue
 		}
 		selects, found, err := s.services.Selects(ctx, pod.Namespace, b.Service, pod.Labels)
@@ -324,6 +317,23 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 		}
 	}
 	return tail, why, nil
+}
+
+// ipBindings are the namespace's TargetGroupBindings of `ip` targets that
+// name a group, from the cache.
+func (s *Source) ipBindings(ctx context.Context, namespace string) ([]Binding, error) {
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
+	if err := s.cache.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list TargetGroupBindings from the cache: %w", err)
+	}
+	var out []Binding
+	for i := range list.Items {
+		if b := BindingFrom(&list.Items[i]); b.TargetType != "instance" && b.ARN != "" {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }
 
 // typeOf is the load balancer type of a group as far as the source knows
