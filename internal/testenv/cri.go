@@ -28,14 +28,37 @@ func removePods(ctx context.Context, socket string) error {
 	}
 	var firstErr error
 	for _, sb := range resp.Items {
-		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("stop pod sandbox %s: %w", sb.Id, err)
-		}
-		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("remove pod sandbox %s: %w", sb.Id, err)
+		if err := removePod(ctx, rt, sb.Id); err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
 	return firstErr
+}
+
+// removePod stops and removes one pod sandbox, asking up to three times: a
+// shim that died mid-way ("ttrpc: closed") fails the first stop, and
+// containerd cleans up after the dead shim before the next.
+func removePod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Second):
+			}
+		}
+		if _, err = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			err = fmt.Errorf("stop pod sandbox %s: %w", id, err)
+			continue
+		}
+		if _, err = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			err = fmt.Errorf("remove pod sandbox %s: %w", id, err)
+			continue
+		}
+		return nil
+	}
+	return err
 }
 
 // criReady reports whether containerd answers on the CRI with a ready runtime.
