@@ -7,6 +7,11 @@
 // its first argument is "proxy" (see internal/lab/sidecar):
 //
 //	draingate-demoapp proxy [-listen :8080] [-to 127.0.0.1:18080] [-drain 5s]
+//
+// and the lab's in-cluster client when it is "client" (see
+// internal/lab/client):
+//
+//	draingate-demoapp client -url URL -rate R [-listen :9090]
 package main
 
 import (
@@ -17,6 +22,7 @@ import (
 	"os"
 
 	"draingate.dev/draingate/internal/lab/app"
+	"draingate.dev/draingate/internal/lab/client"
 	"draingate.dev/draingate/internal/lab/sidecar"
 )
 
@@ -30,10 +36,14 @@ func main() {
 	}
 }
 
-// run picks the app or, with the first argument "proxy", the sidecar.
+// run picks the app or, with the first argument "proxy" or "client", the
+// sidecar or the in-cluster client.
 func run(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "proxy" {
 		return sidecar.Main(args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "client" {
+		return client.Main(args[1:], stdout)
 	}
 	return app.Main(args, stdout)
 }

@@ -102,6 +102,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 	if err := c.scenario.Validate(); err != nil {
 		return nil, err
 	}
+	if err := c.opts.Load.Validate(c.scenario); err != nil {
+		return nil, err
+	}
 	sts, err := lab.ParseStrategies(*strategies)
 	if err != nil {
 		return nil, err
@@ -127,6 +130,8 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 	fs.IntVar(&o.Rollouts, "rollouts", 1, "rollouts (blue/green switches, restarts) per strategy")
 	fs.IntVar(&o.RPS, "rps", 50, "requests per second through the data plane at full scale (like every duration, the rate follows --time-scale: 50 at 0.5 plays 100/s)")
 	fs.IntVar(&o.Replicas, "replicas", 6, "Deployment replicas")
+	o.Load = lab.DefaultLoad()
+	o.Load.RegisterFlags(fs)
 	fs.Float64Var(&o.TimeScale, "time-scale", 1, "multiply every scenario duration and sleep by this")
 	fs.Func("draingate-set", "a value for the draingate chart, in Helm --set syntax (repeatable), on top of its defaults; echoed in the report", func(v string) error {
 		if err := strvals.ParseInto(v, map[string]any{}); err != nil {
@@ -157,6 +162,7 @@ func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv fu
 		return err
 	}
 	o.Chaos = o.Chaos.Scaled(o.TimeScale)
+	o.Load = o.Load.Scaled(o.TimeScale)
 	return nil
 }
 

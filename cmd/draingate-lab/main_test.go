@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,15 +35,22 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--chaos", "kill-all", "--chaos-for", "0s"}, "--chaos-for must be positive for kill-all"},
 		{[]string{"run", "--chaos", "throttle", "--storm-capacity", "0.5"}, "--storm-capacity must be at least 1"},
 		{[]string{"run", "--chaos", "kill-one", "--chaos-at", "-1s"}, "--chaos-at must not be negative"},
+		{[]string{"run", "--load", "bursty"}, `--load "bursty": want one of constant, poisson, onoff, shift, shortconn`},
+		{[]string{"run", "--lb-node-weights", "90,10"}, "--lb-node-weights has 2 weights for 3 load balancer nodes"},
+		{[]string{"run", "--lb-node-delays", "0,0,soon"}, `invalid value "0,0,soon" for flag -lb-node-delays`},
+		{[]string{"matrix", "--scenarios", "alb", "--lb-node-delays", "0,15s"}, "scenario alb: --lb-node-delays has 2 delays for 3 load balancer nodes"},
 		{[]string{"scale", "--pods", "1000,x"}, `--pods: "x" is not a positive count`},
 		{[]string{"scale", "--waiters", "0"}, `--waiters: "0" is not a positive count`},
 		{[]string{"scale", "--server-env", "GOGC"}, `want K=V, got "GOGC"`},
 	}
 	for _, c := range cases {
 		var err error
-		if len(c.args) > 0 && c.args[0] == "scale" {
+		switch {
+		case len(c.args) > 0 && c.args[0] == "scale":
 			_, err = parseScale(c.args[1:], noEnv, io.Discard)
-		} else {
+		case len(c.args) > 0 && c.args[0] == "matrix":
+			_, err = parseMatrix(append(c.args[1:], "--out", t.TempDir()), noEnv, io.Discard)
+		default:
 			_, err = parse(c.args, noEnv, io.Discard)
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -125,5 +133,25 @@ func TestParseEnv(t *testing.T) {
 	env["DRAINGATE_ROLLOUTS"] = "many"
 	if _, err := parse([]string{"run"}, func(k string) string { return env[k] }, io.Discard); err == nil || !strings.Contains(err.Error(), "DRAINGATE_ROLLOUTS") {
 		t.Errorf("bad variable: err = %v, want one naming DRAINGATE_ROLLOUTS", err)
+	}
+}
+
+// TestParseLoadScales: the load's flags land in Options.Load, its
+// durations scaled like every other; the rate stays per full-scale second.
+func TestParseLoadScales(t *testing.T) {
+	c, err := parse([]string{"run", "--time-scale", "0.5", "--load", "onoff", "--onoff-on", "2s", "--onoff-pause", "pareto",
+		"--onoff-pause-mean", "4s", "--clients", "50", "--lb-node-weights", "90,8,2", "--lb-node-delays", "0,0,15s", "--incluster-rps", "5"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.opts.Load
+	if l.Shape != lab.OnOff || l.OnTime != time.Second || l.PauseDist != "pareto" || l.PauseMean != 2*time.Second ||
+		l.Clients != 50 || !slices.Equal(l.NodeWeights, []float64{90, 8, 2}) ||
+		!slices.Equal(l.NodeDelays, []time.Duration{0, 0, 7500 * time.Millisecond}) || l.InClusterRPS != 5 {
+		t.Errorf("load %+v", l)
+	}
+	c, err = parse([]string{"run"}, noEnv, io.Discard)
+	if err != nil || c.opts.Load.String() != "constant" {
+		t.Errorf("default load %q (err %v), want constant", c.opts.Load, err)
 	}
 }

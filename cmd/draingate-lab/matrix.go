@@ -55,6 +55,9 @@ func parseMatrix(args []string, getenv func(string) string, stderr io.Writer) (*
 			return nil, fmt.Errorf("scenario %q given twice", name)
 		}
 		seen[name] = true
+		if err := m.opts.Load.Validate(sc); err != nil {
+			return nil, fmt.Errorf("scenario %s: %w", name, err)
+		}
 		m.scenarios = append(m.scenarios, sc)
 	}
 	sts, err := lab.ParseStrategies(*strategies)

@@ -43,6 +43,10 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 			// Apart per strategy and per node, repeatable from the seed.
 			Propagation: sc.propagation(r.o.Seed + uint64(idx)*1000 + uint64(i)),
 		}
+		if i < len(r.o.Load.NodeDelays) && r.o.Load.NodeDelays[i] > 0 {
+			base, extra := c.Propagation, r.o.Load.NodeDelays[i]
+			c.Propagation = func(ev dataplane.Event) time.Duration { return base(ev) + extra }
+		}
 		if i < len(r.env.LBSources) {
 			addr, err := netip.ParseAddr(r.env.LBSources[i])
 			if err != nil {

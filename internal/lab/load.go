@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,15 +13,16 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-// load drives constant-rate requests (open model: the rate does not slow
-// down when answers do) through the data plane with keep-alive connections,
-// spread round robin over the load balancer's nodes (one URL each), as many
-// clients resolving its DNS name would spread.
+// load drives requests (open model: the rate does not slow down when
+// answers do) through the data plane, from Load.Clients independent clients
+// (each its own connections and arrival draws), spread over the load
+// balancer's nodes (one URL each) as clients resolving its DNS name would
+// spread: round robin for the constant load, else a random node per
+// request, by the nodes' weights.
 type load struct {
-	attacker *vegeta.Attacker
-	done     chan struct{}
-	// stopping ends the attack through its pacer: the attack then ends as
-	// if its duration had passed, every request in flight completing.
+	done chan struct{}
+	// stopping ends the attacks through their pacers: an attack then ends
+	// as if its duration had passed, every request in flight completing.
 	// Attacker.Stop would instead abort the dials in flight, failing
 	// requests the data plane never saw (the lab's consistency check).
 	stopping atomic.Bool
@@ -34,28 +36,87 @@ type load struct {
 // (no status) or a 5xx.
 func failed(code uint16) bool { return code == 0 || code >= 500 }
 
-func startLoad(urls []string, rps int, per time.Duration, onResult func(at time.Time, failed bool)) *load {
-	l := &load{
-		attacker: vegeta.NewAttacker(vegeta.KeepAlive(true), vegeta.Timeout(30*time.Second), vegeta.Workers(16), vegeta.MaxWorkers(512)),
-		done:     make(chan struct{}),
-		onRes:    onResult,
+// startLoad sends spec's load at rps requests per per (the whole load's
+// mean, split evenly over its clients) to urls, one per load balancer node;
+// every answer goes to onResult.
+func startLoad(spec Load, urls []string, rps int, per time.Duration, seed uint64, onResult func(at time.Time, failed bool)) *load {
+	l := &load{done: make(chan struct{}), onRes: onResult}
+	rate := float64(rps) * float64(time.Second) / float64(per) / float64(spec.Clients)
+	var wg sync.WaitGroup
+	for c := range spec.Clients {
+		// Few workers per client when there are many: each sends little.
+		workers := uint64(max(2, 16/spec.Clients))
+		atk := vegeta.NewAttacker(vegeta.KeepAlive(spec.Shape != ShortConn), vegeta.Timeout(30*time.Second),
+			vegeta.Workers(workers), vegeta.MaxWorkers(max(64, 512/uint64(spec.Clients))))
+		cseed := seed*7919 + uint64(c)
+		arr := newArrivals(spec, rate, cseed)
+		arr.onRate = float64(spec.OnRate) * float64(time.Second) / float64(per) / float64(spec.Clients)
+		pacer := &schedule{a: arr}
+		results := atk.Attack(spec.targeter(urls, cseed), stoppable{pacer, &l.stopping}, 0, fmt.Sprintf("client-%d", c))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range results {
+				l.mu.Lock()
+				l.metrics.Add(r)
+				l.mu.Unlock()
+				l.onRes(r.Timestamp, failed(r.Code))
+			}
+		}()
 	}
-	targets := make([]vegeta.Target, len(urls))
-	for i, u := range urls {
-		targets[i] = vegeta.Target{Method: "GET", URL: u}
-	}
-	tr := vegeta.NewStaticTargeter(targets...)
-	results := l.attacker.Attack(tr, stoppable{vegeta.Rate{Freq: rps, Per: per}, &l.stopping}, 0, "lab")
 	go func() {
-		defer close(l.done)
-		for r := range results {
-			l.mu.Lock()
-			l.metrics.Add(r)
-			l.mu.Unlock()
-			l.onRes(r.Timestamp, failed(r.Code))
-		}
+		wg.Wait()
+		close(l.done)
 	}()
 	return l
+}
+
+// targeter picks each request's load balancer node: round robin by the
+// nodes' weights (smooth: no node gets a run of requests) for the constant
+// load, a random node by weight for the others.
+func (spec Load) targeter(urls []string, seed uint64) vegeta.Targeter {
+	weights := spec.NodeWeights
+	if weights == nil {
+		weights = make([]float64, len(urls))
+		for i := range weights {
+			weights[i] = 1
+		}
+	}
+	total := 0.0
+	for _, w := range weights {
+		total += w
+	}
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	current := make([]float64, len(urls))
+	pick := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		best := 0
+		if spec.Shape == Constant {
+			for i, w := range weights {
+				current[i] += w
+				if current[i] > current[best] {
+					best = i
+				}
+			}
+			current[best] -= total
+			return urls[best]
+		}
+		x := rng.Float64() * total
+		for i, w := range weights {
+			if x < w {
+				return urls[i]
+			}
+			x -= w
+			best = i
+		}
+		return urls[best]
+	}
+	return func(t *vegeta.Target) error {
+		t.Method, t.URL = "GET", pick()
+		return nil
+	}
 }
 
 // stoppable is a pacer that ends the attack once stopping is set.

@@ -92,7 +92,7 @@ func (p *play) rolledOut(ctx context.Context, name string) error {
 // sidecarInjected checks that the lab's sidecar webhook gave every running
 // pod of ns its proxy: a pod without one would measure another scenario.
 func sidecarInjected(ctx context.Context, cl kubernetes.Interface, ns string) error {
-	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + appName})
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,9 @@ func (t *tracker) run(ctx context.Context) error {
 }
 
 func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
+	if p.Labels["app"] != appName {
+		return // the in-cluster client: not the app
+	}
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

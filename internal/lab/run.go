@@ -45,8 +45,11 @@ type Options struct {
 	Replicas     int
 	Rollouts     int
 	RPS          int
-	Seed         uint64
-	Progress     io.Writer
+	// Load is the traffic's shape, clients and spread over the load
+	// balancer's nodes (already scaled).
+	Load     Load
+	Seed     uint64
+	Progress io.Writer
 	// Chaos is a fault injected during every rollout (already scaled);
 	// the zero value injects none.
 	Chaos Chaos
@@ -100,6 +103,13 @@ type Env struct {
 // Run measures every strategy in turn and returns the report.
 func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error) {
 	rep = report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
+	if o.Load.Shape == "" {
+		o.Load = DefaultLoad().Scaled(o.TimeScale)
+	}
+	if err := o.Load.Validate(o.Scenario); err != nil {
+		return rep, err
+	}
+	rep.Load = o.Load.String()
 	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))
 	if o.TimeScale != 1 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g, and the load's rate divided by it (%s)", o.TimeScale, o.TimeScale, o.loadRate()))
@@ -322,15 +332,23 @@ func (r *runner) startDataPlane(idx int) (arn string, lb *loadBalancer, err erro
 // what the load counted. The load stops before it returns, error or not.
 func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) error {
 	st := p.st
+	var ic *inCluster
+	if r.o.Load.InClusterRPS > 0 {
+		var err error
+		if ic, err = r.startInCluster(ctx, p.ns); err != nil {
+			return err
+		}
+		r.progress(st, "in-cluster client: %d requests/s at full scale through the Service's ClusterIP", r.o.Load.InClusterRPS)
+	}
 	res.Timeline.Start = time.Now()
-	l := startLoad(p.lb.urls, r.o.RPS, r.o.loadPer(), res.Timeline.AddRequest)
+	l := startLoad(r.o.Load, p.lb.urls, r.o.RPS, r.o.loadPer(), r.o.Seed, res.Timeline.AddRequest)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
 			l.stop()
 		}
 	}()
-	r.progress(st, "load: %s through %d load balancer nodes", r.o.loadRate(), len(p.lb.nodes))
+	r.progress(st, "load: %s, %s, through %d load balancer nodes", r.o.Load, r.o.loadRate(), len(p.lb.nodes))
 	time.Sleep(2 * time.Second) // a steady state before the first rollout
 	if err := r.rollouts(ctx, p, res); err != nil {
 		return err
@@ -343,6 +361,18 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 	res.Requests, res.Failed = l.stop()
 	loadStopped = true
 	res.Timeline.End = time.Now()
+	if ic != nil {
+		n, err := ic.counts(ctx)
+		if err != nil {
+			return err
+		}
+		res.InClusterRequests, res.InClusterFailed = int(n.Requests), int(n.Failed)
+		note := fmt.Sprintf("%s: in-cluster client (%d requests/s at full scale, through the Service's ClusterIP): %d requests, %d failed", st.Name, r.o.Load.InClusterRPS, n.Requests, n.Failed)
+		if len(n.Errors) > 0 {
+			note += " (" + strings.Join(n.Errors, "; ") + ")"
+		}
+		r.notes = append(r.notes, note)
+	}
 	ds := r.checkCounts(st, res, p.lb, l)
 	res.NoTarget = int(ds.NoTarget)
 	return nil
@@ -539,7 +569,7 @@ func ScaleStrategies(sts []Strategy, f float64) []Strategy {
 // agent: a pod admitted while the webhook failed open would measure the
 // strategy none under the name draingate.
 func injected(ctx context.Context, cl kubernetes.Interface, ns string) error {
-	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods, err := cl.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + appName})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ type jsonReport struct {
 	Replicas   int            `json:"replicas"`
 	Rollouts   int            `json:"rollouts"`
 	RPS        int            `json:"rps"`
+	Load       string         `json:"load"`
 	Strategies []jsonStrategy `json:"strategies"`
 	Notes      []string       `json:"notes"`
 }
@@ -35,8 +36,11 @@ type jsonStrategy struct {
 	GateELBv2Calls map[string]int `json:"gate_elbv2_calls"`
 	Releases       map[string]int `json:"releases"`
 	Evidence       string         `json:"evidence,omitempty"`
-	Chaos          []string       `json:"chaos,omitempty"`
-	Pods           []jsonPod      `json:"pods"`
+	// The in-cluster client's counts; absent without one.
+	InClusterRequests int       `json:"incluster_requests,omitempty"`
+	InClusterFailed   int       `json:"incluster_failed,omitempty"`
+	Chaos             []string  `json:"chaos,omitempty"`
+	Pods              []jsonPod `json:"pods"`
 }
 
 // jsonPod's times are RFC 3339 strings, null when not seen.
@@ -105,20 +109,21 @@ func (r Report) WriteJSON(w io.Writer) error {
 func (r Report) jsonReport() jsonReport {
 	out := jsonReport{
 		Scenario: r.Scenario, TimeScale: r.TimeScale,
-		Replicas: r.Replicas, Rollouts: r.Rollouts, RPS: r.RPS,
+		Replicas: r.Replicas, Rollouts: r.Rollouts, RPS: r.RPS, Load: r.Load,
 		Strategies: []jsonStrategy{},
 		Notes:      append([]string{}, r.Notes...),
 	}
 	for _, s := range r.Strategies {
 		js := jsonStrategy{
 			Name: s.Name, Requests: s.Requests, Failed: s.Failed, NoTarget: s.NoTarget,
-			FailureRate:    s.FailureRate(),
-			ELBv2Calls:     copyCounts(s.ELBv2Calls),
-			GateELBv2Calls: copyCounts(s.GateELBv2Calls),
-			Releases:       copyCounts(s.Releases),
-			Evidence:       s.EvidenceSummary(),
-			Chaos:          append([]string(nil), s.Chaos...),
-			Pods:           []jsonPod{},
+			FailureRate:       s.FailureRate(),
+			ELBv2Calls:        copyCounts(s.ELBv2Calls),
+			GateELBv2Calls:    copyCounts(s.GateELBv2Calls),
+			Releases:          copyCounts(s.Releases),
+			Evidence:          s.EvidenceSummary(),
+			InClusterRequests: s.InClusterRequests, InClusterFailed: s.InClusterFailed,
+			Chaos: append([]string(nil), s.Chaos...),
+			Pods:  []jsonPod{},
 		}
 		js.TerminationP50 = secondsPtr(s.TerminationP50())
 		js.TerminationP99 = secondsPtr(s.TerminationP99())

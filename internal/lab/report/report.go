@@ -18,6 +18,10 @@ type Strategy struct {
 	// the old targets' removal before the new ones'): no pod saw those
 	// requests, whatever the strategy did.
 	NoTarget int
+	// InClusterRequests and InClusterFailed are the in-cluster client's
+	// (--incluster-rps): requests through the Service's ClusterIP, not
+	// counted in Requests and Failed.
+	InClusterRequests, InClusterFailed int
 	// Terminations are per pod: deletion seen → container exit.
 	Terminations []time.Duration
 	// Slacks are per pod: SIGTERM time − the time the data plane stopped
@@ -139,7 +143,10 @@ type Report struct {
 	Scenario                string
 	TimeScale               float64
 	Replicas, Rollouts, RPS int
-	Strategies              []Strategy
+	// Load says the load's shape, clients and spread, e.g. "constant" or
+	// "onoff (on 1s, pareto pauses of mean 2s), 50 clients".
+	Load       string
+	Strategies []Strategy
 	// Notes are printed below the table and kept in JSON, e.g.
 	// "time-scale 0.5: every scenario duration halved".
 	Notes []string

@@ -124,7 +124,7 @@ func sample() Report {
 		Timeline:     timeline(t0.Add(time.Hour), 90, []int{20, 45, 70}, 0),
 	}
 	return Report{
-		Scenario: "alb", TimeScale: 0.5, Replicas: 3, Rollouts: 1, RPS: 100,
+		Scenario: "alb", TimeScale: 0.5, Replicas: 3, Rollouts: 1, RPS: 100, Load: "poisson, 50 clients",
 		Strategies: []Strategy{none, sleep},
 		Notes:      []string{"time-scale 0.5: every scenario duration halved"},
 	}
@@ -163,7 +163,7 @@ func TestWriteTable(t *testing.T) {
 	out := b.String()
 	t.Log("\n" + out)
 	for _, want := range []string{
-		"scenario alb  replicas 3  rollouts 1  rps 100  time scale 0.5",
+		"scenario alb  replicas 3  rollouts 1  rps 100  load poisson, 50 clients  time scale 0.5",
 		"failure %",
 		"note: time-scale 0.5: every scenario duration halved",
 		"DeregisterTargets=6 DescribeTargetHealth=12 RegisterTargets=6",
@@ -241,11 +241,11 @@ func TestWriteJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, b.String())
 	}
-	top := []string{"notes", "replicas", "rollouts", "rps", "scenario", "strategies", "time_scale"}
+	top := []string{"load", "notes", "replicas", "rollouts", "rps", "scenario", "strategies", "time_scale"}
 	if got := slices.Sorted(maps.Keys(doc)); !slices.Equal(got, top) {
 		t.Errorf("top-level keys = %q, want %q", got, top)
 	}
-	if doc["scenario"] != "alb" || doc["time_scale"] != 0.5 || doc["replicas"] != 3.0 || doc["rollouts"] != 1.0 || doc["rps"] != 100.0 {
+	if doc["scenario"] != "alb" || doc["time_scale"] != 0.5 || doc["replicas"] != 3.0 || doc["rollouts"] != 1.0 || doc["rps"] != 100.0 || doc["load"] != "poisson, 50 clients" {
 		t.Errorf("top-level values wrong: %v", doc)
 	}
 	strategies, _ := doc["strategies"].([]any)

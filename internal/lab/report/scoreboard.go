@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,8 +27,8 @@ type Scoreboard struct {
 func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# draingate lab scoreboard\n\ntime scale %g (durations as measured, not rescaled)\n\n", b.TimeScale)
-	sb.WriteString("| scenario | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack p50 / min s | after SIGTERM | released by | routes closed by | draingate ELBv2 calls |\n")
-	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|---|---|---|\n")
+	sb.WriteString("| scenario | load | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack p50 / min s | after SIGTERM | released by | routes closed by | draingate ELBv2 calls |\n")
+	sb.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|---|---|---|\n")
 	for _, r := range b.Runs {
 		for _, s := range r.Strategies {
 			tp50, ok50 := s.TerminationP50()
@@ -36,7 +37,7 @@ func (b Scoreboard) WriteMarkdown(w io.Writer) error {
 			sp50, okS := s.SlackP50()
 			smin, okM := s.SlackMin()
 			cells := []string{
-				r.Scenario, s.Name, fmt.Sprint(s.Requests), failedCell(s),
+				r.Scenario, cmp.Or(r.Load, "constant"), s.Name, fmt.Sprint(s.Requests), failedCell(s),
 				seconds(tp50, ok50) + " / " + seconds(tp99, ok99),
 				seconds(rp50, okR), seconds(sp50, okS) + " / " + seconds(smin, okM), count(s.AfterSIGTERM()),
 				counts(s.Releases), s.closesCell(), counts(s.GateELBv2Calls),

@@ -18,6 +18,7 @@ func board() Scoreboard {
 			Releases: map[string]int{"drained": 3}, GateELBv2Calls: map[string]int{"DescribeTargetHealth": 40},
 			Pods: []Pod{{Name: "b", Closes: Closes{Traffic: 1, Bound: 7 * time.Second}}, {Name: "c", Closes: Closes{Traffic: 1, Tail: 1, Bound: 8 * time.Second}}}},
 	}, Notes: []string{"time-scale 0.5"}}
+	alb.Load = "onoff (on 1s, pareto pauses of mean 2s), 50 clients"
 	idle := Report{Scenario: "idle|odd", Strategies: []Strategy{{Name: "sleep:30s"}}}
 	return Scoreboard{TimeScale: 0.5, Runs: []Report{alb, idle}, Notes: []string{"nlb: did not complete: boom"}}
 }
@@ -36,15 +37,15 @@ func TestScoreboardMarkdown(t *testing.T) {
 		}
 	}
 	want := []string{
-		"| scenario | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack p50 / min s | after SIGTERM | released by | routes closed by | draingate ELBv2 calls |",
-		"| alb | none | 4787 | 314 (6.56%) | 1.0 / 1.3 | - | -3.1 / -12.3 | 314 | - | - | - |",
-		"| alb | draingate | 4800 | 3 (0.06%; 3 no target) | 6.0 / 6.0 | 14.0 | - / - | 0 | drained=3 | traffic=2 tail=1 (bound p50 7.0 s) | DescribeTargetHealth=40 |",
-		`| idle\|odd | sleep:30s | 0 | 0 | - / - | - | - / - | - | - | - | - |`,
+		"| scenario | load | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack p50 / min s | after SIGTERM | released by | routes closed by | draingate ELBv2 calls |",
+		"| alb | onoff (on 1s, pareto pauses of mean 2s), 50 clients | none | 4787 | 314 (6.56%) | 1.0 / 1.3 | - | -3.1 / -12.3 | 314 | - | - | - |",
+		"| alb | onoff (on 1s, pareto pauses of mean 2s), 50 clients | draingate | 4800 | 3 (0.06%; 3 no target) | 6.0 / 6.0 | 14.0 | - / - | 0 | drained=3 | traffic=2 tail=1 (bound p50 7.0 s) | DescribeTargetHealth=40 |",
+		`| idle\|odd | constant | sleep:30s | 0 | 0 | - / - | - | - / - | - | - | - | - |`,
 	}
 	if !slices.Equal(rows, want) {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
 	}
-	if !strings.Contains(out, "|---|---|--:|") || !strings.Contains(out, "time scale 0.5") {
+	if !strings.Contains(out, "|---|---|---|--:|") || !strings.Contains(out, "time scale 0.5") {
 		t.Error("no alignment row or time scale")
 	}
 	for _, n := range []string{"- nlb: did not complete: boom\n", "- alb: time-scale 0.5\n"} {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -23,8 +24,8 @@ import (
 // relative to its own SIGTERM ("+" after it) and "?" for a time not seen.
 func (r Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s  replicas %d  rollouts %d  rps %d  time scale %g\n\n",
-		r.Scenario, r.Replicas, r.Rollouts, r.RPS, r.TimeScale)
+	fmt.Fprintf(&b, "scenario %s  replicas %d  rollouts %d  rps %d  load %s  time scale %g\n\n",
+		r.Scenario, r.Replicas, r.Rollouts, r.RPS, cmp.Or(r.Load, "constant"), r.TimeScale)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "strategy\trequests\tfailed\tfailure %\tterm p50 s\tterm p99 s\trestart p50 s\t"+
 		"slack p50 s\tslack min s\tafter SIGTERM\treleased by\tdraingate ELBv2")
