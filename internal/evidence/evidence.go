@@ -60,9 +60,16 @@ const (
 	// gateway): kubelet probes, SNAT, hostNetwork clients. Never a load
 	// balancer's traffic.
 	ClassNode Class = "node"
-	// ClassRemote is anything else: load balancer nodes, outside clients,
-	// other pods. A target group route weighs every remote source on its
-	// ports.
+	// ClassCluster is another pod of the cluster (an in-cluster client
+	// calling through a Service or the pod's address). It is not a load
+	// balancer's traffic, and no route weighs it: its keep-alive
+	// connections stay pinned to the pod (conntrack) and go on sending
+	// until the app closes them after SIGTERM, so holding a route for them
+	// could only run the pod to its deadline.
+	ClassCluster Class = "cluster"
+	// ClassRemote is anything else: load balancer nodes, outside clients.
+	// A route that weighs traffic weighs the remote sources on its ports
+	// (only its senders', when it lists them: Senders).
 	ClassRemote Class = "remote"
 )
 
@@ -124,9 +131,10 @@ func (a Arrivals) latest() time.Time {
 // become times on the server's clock (the agent's clock never counts), and
 // each source is the node's (the node's addresses, given, and the
 // gateways the agent reported: probes, SNAT, hostNetwork clients) or
-// remote (load balancer nodes, clients, other pods). epsilon is the
+// another pod of the cluster (inCluster says so; nil: none is known) or
+// remote (load balancer nodes, outside clients). epsilon is the
 // false-quiet chance accepted (DefaultEpsilon when zero).
-func Read(t *api.Traffic, now time.Time, node []netip.Addr, epsilon float64) *Evidence {
+func Read(t *api.Traffic, now time.Time, node []netip.Addr, inCluster func(netip.Addr) bool, epsilon float64) *Evidence {
 	isNode := map[netip.Addr]bool{}
 	for _, g := range t.Gateways {
 		isNode[g] = true
@@ -140,8 +148,11 @@ func Read(t *api.Traffic, now time.Time, node []netip.Addr, epsilon float64) *Ev
 		UnknownHoldsSources: len(t.Sources) >= api.MaxTrafficSources}
 	for _, s := range t.Sources {
 		c := ClassRemote
-		if isNode[s.Addr] {
+		switch {
+		case isNode[s.Addr]:
 			c = ClassNode
+		case inCluster != nil && inCluster(s.Addr):
+			c = ClassCluster
 		}
 		a := arrivalsAt(s, now)
 		// Only the sources count per look; Unknown counts every

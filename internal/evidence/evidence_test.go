@@ -463,10 +463,10 @@ func TestReadFullSummary(t *testing.T) {
 		}
 		return tr
 	}
-	if ev := evidence.Read(summary(api.MaxTrafficSources-1), now, node, 0); ev.UnknownHoldsSources {
+	if ev := evidence.Read(summary(api.MaxTrafficSources-1), now, node, nil, 0); ev.UnknownHoldsSources {
 		t.Error("a summary below its bound: Unknown said to hold sources")
 	}
-	if ev := evidence.Read(summary(api.MaxTrafficSources), now, node, 0); !ev.UnknownHoldsSources {
+	if ev := evidence.Read(summary(api.MaxTrafficSources), now, node, nil, 0); !ev.UnknownHoldsSources {
 		t.Error("a summary at its bound: Unknown not said to hold sources")
 	}
 	// The agent's sampling interval applies to its sources, which count
@@ -474,19 +474,19 @@ func TestReadFullSummary(t *testing.T) {
 	// it could not see.
 	tr := summary(2)
 	tr.Every = 100 * time.Millisecond
-	ev := evidence.Read(tr, now, node, 0)
+	ev := evidence.Read(tr, now, node, nil, 0)
 	if ev.Sources[0].Every != tr.Every || ev.Sources[1].Every != tr.Every || ev.Unknown.Every != 0 {
 		t.Errorf("sampling interval: sources %v and %v, unknown %v; want %v, %v and none", ev.Sources[0].Every, ev.Sources[1].Every, ev.Unknown.Every, tr.Every, tr.Every)
 	}
 	// So do its look counts, which mean something only beside the
 	// interval.
 	tr.Sources[0].Looks, tr.Sources[0].RecentLooks = api.Looks{N: 30, Pauses: 7}, api.Looks{N: 20, Pauses: 4}
-	ev = evidence.Read(tr, now, node, 0)
+	ev = evidence.Read(tr, now, node, nil, 0)
 	if got := ev.Sources[0]; got.Looks != (evidence.Looks{N: 30, Pauses: 7}) || got.RecentLooks != (evidence.Looks{N: 20, Pauses: 4}) {
 		t.Errorf("look counts: %+v and %+v, want 30 looks, 7 pauses; 20 recent, 4 paused", got.Looks, got.RecentLooks)
 	}
 	tr.Every = 0
-	if got := evidence.Read(tr, now, node, 0).Sources[0]; got.Looks != (evidence.Looks{}) {
+	if got := evidence.Read(tr, now, node, nil, 0).Sources[0]; got.Looks != (evidence.Looks{}) {
 		t.Errorf("look counts without an interval: %+v, want none", got.Looks)
 	}
 }
@@ -591,5 +591,46 @@ func TestKnownSenders(t *testing.T) {
 	at, c = closeTime(route(evidence.Senders{}), outSince, until.Add(3*tail), 100*time.Millisecond, 0, nil, a, b, client)
 	if at.IsZero() || at.Before(et.Last(client)) {
 		t.Errorf("senders unknown, a source past the tail: closed at %v, before its last arrival %v: %s", at, et.Last(client), c.Detail)
+	}
+}
+
+// TestInClusterSourcesAreNotWeighed: another pod of the cluster sending on
+// the route's port past the tail's end (a keep-alive client pinned to the
+// pod) neither holds the route nor counts as its traffic; the same
+// arrivals from an outside address hold it.
+func TestInClusterSourcesAreNotWeighed(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	until := outSince.Add(4 * tail)
+	rng := rand.New(rand.NewPCG(23, 24))
+	pinned := current(et.Regular(rng, "10.244.3.7", 5, 0.3, t0.Add(-time.Minute), until))
+	r := tgOut(tail, outSince)
+
+	pinned.Class = evidence.ClassCluster
+	at, c := closeTime(r, outSince, until, 100*time.Millisecond, 0, nil, pinned)
+	if !at.Equal(outSince.Add(tail)) || !strings.Contains(c.Why, "from in-cluster clients not counted") {
+		t.Errorf("an in-cluster client sending past the tail: closed at %v (%s), want at the tail's end %v, saying it was not counted", at, c.Why, outSince.Add(tail))
+	}
+	pinned.Class = evidence.ClassRemote
+	if at, c := closeTime(r, outSince, until, 100*time.Millisecond, 0, nil, pinned); !at.IsZero() {
+		t.Errorf("the same arrivals from outside the cluster: closed at %v (%s), want held while they come", at, c.Why)
+	}
+}
+
+// TestReadInCluster: Read files a source inCluster names as ClassCluster,
+// the node's own as ClassNode before that, and the rest as remote.
+func TestReadInCluster(t *testing.T) {
+	node, pod, lb := netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("10.0.5.5")
+	tr := &api.Traffic{}
+	for _, a := range []netip.Addr{node, pod, lb} {
+		tr.Sources = append(tr.Sources, api.SourceTraffic{Addr: a, Port: 8080, Arrivals: 1, Last: []time.Duration{time.Second}})
+	}
+	inCluster := func(a netip.Addr) bool { return a == pod || a == node }
+	ev := evidence.Read(tr, t0, []netip.Addr{node}, inCluster, 0)
+	want := []evidence.Class{evidence.ClassNode, evidence.ClassCluster, evidence.ClassRemote}
+	for i, s := range ev.Sources {
+		if s.Class != want[i] {
+			t.Errorf("source %s: class %s, want %s", s.Addr, s.Class, want[i])
+		}
 	}
 }

@@ -185,6 +185,9 @@ type quietJudgement struct {
 	// against an early close; unknownBlocked says they blocked one.
 	unknown        int
 	unknownBlocked bool
+	// inCluster counts the arrivals on the ports from other pods of the
+	// cluster (ClassCluster): shown, never weighed.
+	inCluster int
 	// others counts the arrivals on the ports from remote sources that
 	// are not the route's senders (Senders.Known): shown, never weighed.
 	others int
@@ -224,6 +227,8 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 	for _, s := range ev.Sources {
 		switch {
 		case len(r.Ports) > 0 && !slices.Contains(r.Ports, s.Port) || s.N <= 0:
+		case s.Class == ClassCluster:
+			j.inCluster += s.N
 		case s.Class != ClassRemote:
 			j.fromNode += s.N
 		case r.Senders.Known && !slices.Contains(r.Senders.Addrs, s.Addr):
@@ -350,6 +355,9 @@ func (j quietJudgement) nodeNote() string {
 	}
 	if j.unknown > 0 {
 		s += fmt.Sprintf(", %d of unknown source (too short to see) not counted as a source", j.unknown)
+	}
+	if j.inCluster > 0 {
+		s += fmt.Sprintf(", %d from in-cluster clients not counted", j.inCluster)
 	}
 	if j.others > 0 {
 		s += fmt.Sprintf(", %d from addresses not the load balancer's not counted", j.others)

@@ -24,6 +24,9 @@ const (
 	// watched (from its first arrival to its latest) before a silence of
 	// that bound says it stopped.
 	spanFactor = 3
+	// longPause is where a bound's pause stops being a figure worth
+	// printing: the source is simply too bursty.
+	longPause = 10 * time.Minute
 	// minHeavyGaps, heavyAlpha, heavyReject: the heavy-tail test (see
 	// gapBound).
 	minHeavyGaps = 5
@@ -192,8 +195,11 @@ func shape(a Arrivals, k, m, d, n, target float64) (float64, string) {
 	// A source seen for a moment (one burst) has not shown how long it
 	// pauses: its silence must be short against how long it was watched.
 	if span := a.Last[0].Sub(a.First).Seconds(); span < spanFactor*(n+1)*d {
-		return 0, fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span,
-			time.Duration((n+1)*d*float64(time.Second)).Round(100*time.Millisecond))
+		pause := time.Duration((n + 1) * d * float64(time.Second))
+		if pause > longPause {
+			return 0, fmt.Sprintf("watched for %.1fs, its gaps make pauses of over %s plausible: too bursty to tell a pause from a stop", span, longPause)
+		}
+		return 0, fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span, pause.Round(100*time.Millisecond))
 	}
 	return n, ""
 }

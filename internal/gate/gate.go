@@ -37,6 +37,9 @@ type Traffic struct {
 	// Node are the pod's node's addresses: traffic from them (probes) is
 	// never a route's.
 	Node []netip.Addr
+	// InCluster says whether an address is another pod of the cluster
+	// (nil: none is known): in-cluster clients, never a route's traffic.
+	InCluster func(netip.Addr) bool
 	// Epsilon is the chance of a false quiet accepted per route and source
 	// (evidence.DefaultEpsilon when zero).
 	Epsilon float64
@@ -47,7 +50,7 @@ func (t *Traffic) evidence() *evidence.Evidence {
 	if t == nil || t.Summary == nil {
 		return nil
 	}
-	return evidence.Read(t.Summary, t.At, t.Node, t.Epsilon)
+	return evidence.Read(t.Summary, t.At, t.Node, t.InCluster, t.Epsilon)
 }
 
 // RouteKey names one route: its source's kind and the owner's name.

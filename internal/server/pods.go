@@ -40,6 +40,9 @@ import (
 type pods struct {
 	now     func() time.Time
 	sources []route.Source
+	// inCluster says whether an address is a pod of the cluster's (from
+	// the cache): its traffic is an in-cluster client's.
+	inCluster func(netip.Addr) bool
 	// get reads a pod from the cache (an apierrors NotFound when absent).
 	// The pod may be shared with the cache: read it, never change it.
 	get func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
@@ -346,7 +349,7 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 	if req.Traffic != st.summary || st.summary == nil {
 		st.summary, st.traffic = req.Traffic, nil
 		if req.Traffic != nil && !p.ignoreTraffic {
-			st.traffic = &gate.Traffic{Summary: req.Traffic, At: now, Node: nodeAddrs(pod), Epsilon: p.epsilon}
+			st.traffic = &gate.Traffic{Summary: req.Traffic, At: now, Node: nodeAddrs(pod), InCluster: p.inCluster, Epsilon: p.epsilon}
 		}
 	}
 	v, err := p.decideLocked(ctx, pod, st, now)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,6 +162,10 @@ func New(o Options) (*Server, error) {
 		s.closeRoutes()
 		return nil, fmt.Errorf("server: cache: %w", err)
 	}
+	if err := s.cache.IndexField(context.Background(), &corev1.Pod{}, podIPField, podIPs); err != nil {
+		s.closeRoutes()
+		return nil, fmt.Errorf("server: cache: %w", err)
+	}
 	s.events = record.NewBroadcaster()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.setUpPods(cs, scheme)
@@ -219,6 +224,11 @@ func (s *Server) setUpPods(cs kubernetes.Interface, scheme *runtime.Scheme) {
 		// its namespace, and nothing writes to what it reads.
 		pod := &corev1.Pod{}
 		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
+	}
+	p.inCluster = func(a netip.Addr) bool {
+		var l corev1.PodList
+		err := s.cache.List(context.Background(), &l, client.MatchingFields{podIPField: a.String()}, client.UnsafeDisableDeepCopy)
+		return err == nil && len(l.Items) > 0
 	}
 	p.live = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -401,4 +411,24 @@ func (s *Server) ready() error {
 // janitor sweeps the tracked pods every few seconds (see pods.sweep).
 func (s *Server) janitor(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(context.Context) { s.pods.sweep(s.o.Now()) }, 5*time.Second)
+}
+
+// podIPField indexes the cached pods by their addresses, so that the
+// evidence tells an in-cluster client from a load balancer's node.
+const podIPField = "draingate.podIP"
+
+// podIPs are a pod's own addresses; none for a hostNetwork pod, whose
+// addresses are its node's.
+func podIPs(o client.Object) []string {
+	pod, ok := o.(*corev1.Pod)
+	if !ok || pod.Spec.HostNetwork {
+		return nil
+	}
+	var out []string
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a.Unmap().String())
+		}
+	}
+	return out
 }
