@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -897,5 +898,23 @@ func TestSelectorFlipRemembered(t *testing.T) {
 	})
 	if got, ok := routeStates(v)[b]; !ok || got.State == gate.StateClosed || v.Released {
 		t.Errorf("right after deletion: routes %+v (released %v); want %s held open for its tail", v.Routes, v.Released, b)
+	}
+}
+
+// TestInClusterClientsFromTheCache: the evidence's in-cluster test answers
+// from the server's cache of the real cluster: a pod's address is an
+// in-cluster client's, its node's (probes) and a load balancer node's are
+// not.
+func TestInClusterClientsFromTheCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	r := f.serve(ctx)
+	pod := netip.MustParseAddr(f.pod.Status.PodIP)
+	waitFor(t, ctx, "the pod's address known as a pod's", func() bool { return r.srv.pods.inCluster(pod) })
+	for _, s := range append([]string{f.pod.Status.HostIP}, testenv.LBNodeIPs()[0]) {
+		if a := netip.MustParseAddr(s); r.srv.pods.inCluster(a) {
+			t.Errorf("%s taken for a pod's address", a)
+		}
 	}
 }
