@@ -634,3 +634,25 @@ func TestReadInCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestUntrustedBoundHoldsAtMostATail: a bursty source the shape check does
+// not trust, last seen shortly before the tail's end, holds the route past
+// the tail's end (its pauses may be long), but no longer than a tail after
+// its latest arrival, however long its bound: not to the pod's deadline.
+func TestUntrustedBoundHoldsAtMostATail(t *testing.T) {
+	const tail = 8 * time.Second
+	outSince := t0.Add(30 * time.Second)
+	rng := rand.New(rand.NewPCG(25, 26))
+	stop := outSince.Add(tail - time.Second)
+	s := current(et.Bursts(rng, "10.0.0.1", 30, 300*time.Millisecond, et.Pareto(rng, 2*time.Second, 1.2), t0, stop))
+	last := et.Last(s)
+	ev := et.At(last.Add(time.Second), 0, nil, s)
+	f := evidence.FitArrivals(ev.Sources[0].Arrivals, tail, ev.Epsilon)
+	if !f.OK || f.Unfit == "" || f.Quiet <= tail {
+		t.Skipf("the draw did not give an untrusted fit with a bound over the tail (%+v): nothing to check", f)
+	}
+	at, c := closeTime(tgOut(tail, outSince), outSince, outSince.Add(time.Hour), 100*time.Millisecond, 0, nil, s)
+	if at.IsZero() || !at.After(outSince.Add(tail)) || at.After(last.Add(tail+100*time.Millisecond)) {
+		t.Errorf("closed at %v (%s); want after the tail's end %v and by a tail after the last arrival %v (bound %v)", at, c.Why, outSince.Add(tail), last.Add(tail), f.Quiet)
+	}
+}

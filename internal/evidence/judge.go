@@ -276,8 +276,10 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 		}
 		if f.OK && !trusted {
 			// A bound the shape check does not trust still holds a
-			// source that sends.
-			se = later(se, last.Add(f.Quiet))
+			// source that sends, up to a tail after its latest arrival:
+			// a bursty source's bound can run to hours, and the tail is
+			// what the load balancer promises once it stops sending.
+			se = later(se, last.Add(min(f.Quiet, tail)))
 		}
 		switch {
 		case last.After(tailEnd):
