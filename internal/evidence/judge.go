@@ -281,6 +281,13 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			// what the load balancer promises once it stops sending.
 			se = later(se, last.Add(min(f.Quiet, tail)))
 		}
+		if !trusted && last.After(r.OutSince) {
+			// A source with no bound that sent after the route went out
+			// showed it still routed then (a node that learns late, and
+			// sends little): its silence counts only once it outlasts
+			// its own gaps, twice its longest (at most a tail).
+			se = later(se, last.Add(min(sparseGaps*a.MaxGap, tail)))
+		}
 		switch {
 		case last.After(tailEnd):
 			j.lengthened = fmt.Sprintf("a source sent at %s, after the tail's end", api.Stamp(last))
@@ -328,6 +335,10 @@ func (s Senders) untrusted(seen map[netip.Addr]bool) string {
 	}
 	return "the route's senders cannot be listed"
 }
+
+// sparseGaps is how many of its longest gaps a source without a bound
+// must be silent, once it sent after its route went out.
+const sparseGaps = 2
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
