@@ -191,10 +191,10 @@ func TestDraingateTailTurnsEvidenceOff(t *testing.T) {
 func TestTargetGroupCloses(t *testing.T) {
 	line := "draingate-prestop: released after 9.6s: drained (routes: endpointslice/lab/web closed, targetgroup/arn:a closed, targetgroup/arn:b closed): " +
 		"released: all 3 routes closed (endpointslice/lab/web by its EndpointSlice tail (5s); " +
-		"targetgroup/arn:a by quiet 7.6s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.5s), 10.4s before its tail's end, 12 arrivals from the node not counted, 5 of unknown source (too short to see) not counted as a source; " +
+		"targetgroup/arn:a by quiet 7.6s after 28 arrivals from 3 sources (3 fitted at 2.1-3.4/s, longest quiet bound 7.5s at ε 1e-06), 10.4s before its tail's end, 12 arrivals from the node not counted, 5 of unknown source (too short to see) not counted as a source; " +
 		"targetgroup/arn:b by its ALB tail (20s))"
 	got := targetGroupCloses(line)
-	if want := (report.Closes{Tail: 1, Traffic: 1, Bound: 7500 * time.Millisecond, Rates: "2.1-3.4/s", Sources: 3, NodeArrivals: 12, Unknown: 5}); got != want {
+	if want := (report.Closes{Tail: 1, Traffic: 1, Early: 1, Bound: 7500 * time.Millisecond, Rates: "2.1-3.4/s", Sources: 3, NodeArrivals: 12, Unknown: 5}); got != want {
 		t.Errorf("targetGroupCloses = %+v, want %+v", got, want)
 	}
 	if got := targetGroupCloses("draingate-prestop: released after 1s: no-routes (no routes): released: no route holds the pod"); got != (report.Closes{}) {
@@ -230,7 +230,7 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 		t.Fatalf("not released: %s: %s", v.Message, v.Routes[0].Detail)
 	}
 	got := targetGroupCloses("draingate-prestop: released after 1m0s: drained (): " + v.Message)
-	if got.Traffic != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" || got.Sources != 1 || got.NodeArrivals != n {
+	if got.Traffic != 1 || got.Early != 1 || got.Tail != 0 || got.Bound <= 0 || got.Rates == "" || got.Sources != 1 || got.NodeArrivals != n {
 		t.Errorf("targetGroupCloses(%q) = %+v, want one close by traffic with its bound and rates", v.Message, got)
 	}
 }

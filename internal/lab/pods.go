@@ -292,7 +292,7 @@ func (t *tracker) restartedAt(pod string) bool {
 // "targetgroup/ARN by its ALB tail (20s)".
 var (
 	quietSources = regexp.MustCompile(`^\S+ by quiet \S+ after \d+ arrivals from (\d+) sources?`)
-	quietFit     = regexp.MustCompile(`fitted at ([^,]+), bound ([^)]+)\)`)
+	quietFit     = regexp.MustCompile(`fitted at ([^,]+), (?:longest quiet )?bound ([0-9.hmsµ]+)`)
 	fromNode     = regexp.MustCompile(`(\d+) arrivals from the node not counted`)
 	unknownSrc   = regexp.MustCompile(`(\d+) of unknown source`)
 )
@@ -319,6 +319,9 @@ func targetGroupCloses(line string) report.Closes {
 			continue
 		}
 		c.Traffic++
+		if strings.Contains(ch, "before its tail's end") {
+			c.Early++
+		}
 		n, _ := strconv.Atoi(m[1])
 		c.Sources = max(c.Sources, n)
 		if f := quietFit.FindStringSubmatch(ch); f != nil {

@@ -85,8 +85,11 @@ type Pod struct {
 // with the longest quiet bound and the fitted sources' rates, "2.1-3.4/s").
 type Closes struct {
 	Tail, Traffic int
-	Bound         time.Duration
-	Rates         string
+	// Early is the part of Traffic that closed before the tail's end (the
+	// rest held past it, a source having sent late).
+	Early int
+	Bound time.Duration
+	Rates string
 	// Sources is the most sources a traffic close weighed; NodeArrivals the
 	// node's own arrivals (probes) the gate saw and did not count; Unknown
 	// the arrivals of unknown source (connections too short for the agent
@@ -102,7 +105,7 @@ func (s Strategy) EvidenceSummary() string {
 	if tail+traffic == 0 {
 		return ""
 	}
-	out := fmt.Sprintf("target group routes closed by traffic %d, by tail %d", traffic, tail)
+	out := fmt.Sprintf("target group routes closed by traffic %d (%d before the tail's end), by tail %d", traffic, s.early(), tail)
 	if p50, ok := pct(bounds, 50); ok {
 		hi, _ := pct(bounds, 100)
 		out += fmt.Sprintf("; quiet bound p50 %.1fs (max %.1fs); fitted rates per source %s", p50.Seconds(), hi.Seconds(), strings.Join(rates, ", "))
@@ -117,7 +120,7 @@ func (s Strategy) closes() (tail, traffic int, bounds []time.Duration, rates []s
 	for _, p := range s.Pods {
 		tail += p.Closes.Tail
 		traffic += p.Closes.Traffic
-		if p.Closes.Traffic > 0 {
+		if p.Closes.Traffic > 0 && p.Closes.Bound > 0 {
 			bounds = append(bounds, p.Closes.Bound)
 			if !slices.Contains(rates, p.Closes.Rates) {
 				rates = append(rates, p.Closes.Rates)
@@ -125,6 +128,14 @@ func (s Strategy) closes() (tail, traffic int, bounds []time.Duration, rates []s
 		}
 	}
 	return tail, traffic, bounds, rates
+}
+
+// early counts the traffic closes before the tail's end.
+func (s Strategy) early() (n int) {
+	for _, p := range s.Pods {
+		n += p.Closes.Early
+	}
+	return n
 }
 
 // PodNode is what one load balancer node did with one pod.

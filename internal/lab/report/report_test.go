@@ -379,12 +379,13 @@ func TestTimelineConcurrentAdds(t *testing.T) {
 
 func TestEvidenceSummary(t *testing.T) {
 	s := Strategy{Name: "draingate", Pods: []Pod{
-		{Closes: Closes{Traffic: 1, Bound: 7 * time.Second, Rates: "2.8/s"}},
+		{Closes: Closes{Traffic: 1, Early: 1, Bound: 7 * time.Second, Rates: "2.8/s"}},
 		{Closes: Closes{Traffic: 1, Bound: 9 * time.Second, Rates: "2.1-3.4/s"}},
 		{Closes: Closes{Tail: 1}},
+		{Closes: Closes{Traffic: 1}}, // held past the tail, no bound
 		{},
 	}}
-	want := "target group routes closed by traffic 2, by tail 1; quiet bound p50 7.0s (max 9.0s); fitted rates per source 2.8/s, 2.1-3.4/s"
+	want := "target group routes closed by traffic 3 (1 before the tail's end), by tail 1; quiet bound p50 7.0s (max 9.0s); fitted rates per source 2.8/s, 2.1-3.4/s"
 	if got := s.EvidenceSummary(); got != want {
 		t.Errorf("EvidenceSummary = %q, want %q", got, want)
 	}

@@ -85,7 +85,7 @@ func (s Strategy) closesCell() string {
 	if tail+traffic == 0 {
 		return "-"
 	}
-	out := fmt.Sprintf("traffic=%d tail=%d", traffic, tail)
+	out := fmt.Sprintf("traffic=%d (early %d) tail=%d", traffic, s.early(), tail)
 	if p50, ok := pct(bounds, 50); ok {
 		out += fmt.Sprintf(" (bound p50 %.1f s)", p50.Seconds())
 	}

@@ -16,7 +16,7 @@ func board() Scoreboard {
 			Pods: []Pod{{Name: "a", Nodes: map[string]PodNode{"lb-1": {AfterSIGTERM: 200}, "lb-2": {AfterSIGTERM: 114}}}}},
 		{Name: "draingate", Requests: 4800, Failed: 3, NoTarget: 3, Terminations: secs(6), Restarts: secs(14, 12, 30),
 			Releases: map[string]int{"drained": 3}, GateELBv2Calls: map[string]int{"DescribeTargetHealth": 40},
-			Pods: []Pod{{Name: "b", Closes: Closes{Traffic: 1, Bound: 7 * time.Second}}, {Name: "c", Closes: Closes{Traffic: 1, Tail: 1, Bound: 8 * time.Second}}}},
+			Pods: []Pod{{Name: "b", Closes: Closes{Traffic: 1, Early: 1, Bound: 7 * time.Second}}, {Name: "c", Closes: Closes{Traffic: 1, Tail: 1, Bound: 8 * time.Second}}}},
 	}, Notes: []string{"time-scale 0.5"}}
 	alb.Load = "onoff (on 1s, pareto pauses of mean 2s), 50 clients"
 	idle := Report{Scenario: "idle|odd", Strategies: []Strategy{{Name: "sleep:30s"}}}
@@ -39,7 +39,7 @@ func TestScoreboardMarkdown(t *testing.T) {
 	want := []string{
 		"| scenario | load | strategy | requests | failed | term p50 / p99 s | restart p50 s | slack p50 / min s | after SIGTERM | released by | routes closed by | draingate ELBv2 calls |",
 		"| alb | onoff (on 1s, pareto pauses of mean 2s), 50 clients | none | 4787 | 314 (6.56%) | 1.0 / 1.3 | - | -3.1 / -12.3 | 314 | - | - | - |",
-		"| alb | onoff (on 1s, pareto pauses of mean 2s), 50 clients | draingate | 4800 | 3 (0.06%; 3 no target) | 6.0 / 6.0 | 14.0 | - / - | 0 | drained=3 | traffic=2 tail=1 (bound p50 7.0 s) | DescribeTargetHealth=40 |",
+		"| alb | onoff (on 1s, pareto pauses of mean 2s), 50 clients | draingate | 4800 | 3 (0.06%; 3 no target) | 6.0 / 6.0 | 14.0 | - / - | 0 | drained=3 | traffic=2 (early 1) tail=1 (bound p50 7.0 s) | DescribeTargetHealth=40 |",
 		`| idle\|odd | constant | sleep:30s | 0 | 0 | - / - | - | - / - | - | - | - | - |`,
 	}
 	if !slices.Equal(rows, want) {
