@@ -13,7 +13,8 @@
 // DescribeTargetGroupAttributes per group behind an NLB, once (an NLB that
 // passes its clients' addresses on has no list of senders). A list whose
 // refreshes fail is kept for 3 × NodesRefresh, then the senders are not
-// known. The permission ec2:DescribeNetworkInterfaces is optional: denied,
+// known. The permissions ec2:DescribeNetworkInterfaces and
+// elasticloadbalancing:DescribeTargetGroupAttributes are optional: denied,
 // the poller says so once in the log, asks again after Config.DeniedPause
 // (10 min), and the senders are not known meanwhile, which can only
 // lengthen waits.

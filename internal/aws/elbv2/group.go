@@ -117,6 +117,8 @@ func (p *Poller) outcome(action string, err error) {
 	result := "ok"
 	switch {
 	case err == nil:
+	case isDenied(err):
+		result = "denied"
 	case isThrottle(err):
 		result = "throttled"
 		p.throttled.Add(1)

@@ -94,7 +94,8 @@ func (p *Poller) readSenders(ctx context.Context, g *group, now time.Time) {
 // readClientIP says whether the NLB in front of g keeps its clients'
 // addresses (why is then not empty): from memory, or with one
 // DescribeTargetGroupAttributes call from the budget, again after a
-// backoff when it fails. known is false until read.
+// backoff when it fails, or after DeniedPause when the permission is
+// denied (said once in the log). known is false until read.
 func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why string, known bool) {
 	p.mu.Lock()
 	why, known = p.clientIP[g.arn]
@@ -116,8 +117,20 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 		delete(p.clientIPErr, g.arn)
 		p.clientIP[g.arn] = why
 	}
+	denied := err != nil && isDenied(err)
+	say := denied && !p.attrDeniedSaid
+	p.attrDeniedSaid = p.attrDeniedSaid || denied
 	p.mu.Unlock()
-	if err != nil {
+	switch {
+	case denied:
+		g.attrRetry = now.Add(p.cfg.DeniedPause)
+		if say {
+			p.cfg.Log.Warn("the server's role may not call elasticloadbalancing:DescribeTargetGroupAttributes: add it to the server's role "+
+				"to let traffic evidence close routes behind an NLB early; without it they close at their tail or later",
+				"error", err, "asking_again_every", p.cfg.DeniedPause.String())
+		}
+		return "", false
+	case err != nil:
 		g.attrFailures++
 		g.attrRetry = now.Add(p.backoff.Next(g.attrFailures))
 		return "", false

@@ -2,14 +2,19 @@ package elbv2
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/aws/smithy-go"
 
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
@@ -334,5 +339,46 @@ func TestNodesDescription(t *testing.T) {
 		if got, ok := nodesDescription(arn); got != want || ok != (want != "") {
 			t.Errorf("nodesDescription(%s) = %q, %v; want %q", arn, got, ok, want)
 		}
+	}
+}
+
+// noAttributes is a role without elasticloadbalancing:DescribeTargetGroupAttributes.
+type noAttributes struct {
+	API
+	calls atomic.Int32
+}
+
+func (a *noAttributes) DescribeTargetGroupAttributes(context.Context, *elasticloadbalancingv2.DescribeTargetGroupAttributesInput, ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupAttributesOutput, error) {
+	a.calls.Add(1)
+	return nil, &smithy.GenericAPIError{Code: "AccessDenied", Message: "User is not authorized to perform: elasticloadbalancing:DescribeTargetGroupAttributes"}
+}
+
+// Without DescribeTargetGroupAttributes a group behind an NLB has no
+// senders (whether the NLB passes its clients' addresses on is not
+// known), the attribute is not asked again for DeniedPause, and the log
+// says so once.
+func TestClientIPDenied(t *testing.T) {
+	b := newNodesBench(t, elbv2sim.TargetGroupSpec{Name: "db", LoadBalancerType: elbv2sim.Network, TargetType: elbv2sim.TargetTypeIP, Port: 5432}, "10.0.1.5")
+	api := &noAttributes{API: b.client}
+	var res results
+	var log syncBuffer
+	p := New(api, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: b.sim.EC2Client(), Metrics: res.hook,
+		Log: slog.New(slog.NewTextHandler(&log, nil))})
+	defer p.Close()
+	w := p.Watch(b.arn)
+	defer w.Close()
+	waitFor(t, "20 polls", func() bool { return res.get("ok") >= 20 })
+	o, _ := w.Latest()
+	if o.SendersKnown || !strings.Contains(o.SendersWhy, "could not be read") || o.SendersErr == nil {
+		t.Errorf("senders known %v, why %q, err %v; want not known, saying why", o.SendersKnown, o.SendersWhy, o.SendersErr)
+	}
+	res.mu.Lock()
+	denied := res.n[DescribeTargetGroupAttributesAction+" denied"]
+	res.mu.Unlock()
+	if n := api.calls.Load(); n != 1 || denied != 1 || b.ec2Calls()["OK"] != 0 {
+		t.Errorf("%d attribute calls (%d reported denied), %d node reads; want 1, 1, 0", n, denied, b.ec2Calls()["OK"])
+	}
+	if n := strings.Count(log.String(), "may not call elasticloadbalancing:DescribeTargetGroupAttributes"); n != 1 {
+		t.Errorf("the log says it %d times, want once:\n%s", n, log.String())
 	}
 }

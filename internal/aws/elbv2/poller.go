@@ -63,18 +63,20 @@ type Config struct {
 	// for 3 × NodesRefresh is stale: the senders are then not known.
 	NodesRefresh time.Duration
 
-	// DeniedPause is how long no node list is asked for after AWS denied
-	// the permission (default 10 min).
+	// DeniedPause is how long no node list (or, per group, no NLB's
+	// client IP preservation) is asked for after AWS denied the permission
+	// (default 10 min).
 	DeniedPause time.Duration
 
 	// Log receives what an operator should act on: a denied
-	// ec2:DescribeNetworkInterfaces, said once (default slog.Default()).
+	// ec2:DescribeNetworkInterfaces or DescribeTargetGroupAttributes, each
+	// said once (default slog.Default()).
 	Log *slog.Logger
 
 	// Metrics, if set, is called once per call made, with action
 	// "DescribeTargetHealth", "DescribeTargetGroups",
 	// "DescribeTargetGroupAttributes" or "DescribeNetworkInterfaces" (EC2)
-	// and result "ok", "throttled", "denied" (EC2's permission) or
+	// and result "ok", "throttled", "denied" (a missing permission) or
 	// "error"; meant for Prometheus counters. It must not block. A call
 	// cut short because its group's last waiter left is counted by Stats
 	// but not reported.
@@ -202,6 +204,9 @@ type Poller struct {
 	deniedUntil time.Time
 	deniedErr   error
 	deniedSaid  bool
+	// attrDeniedSaid: the log said that DescribeTargetGroupAttributes is
+	// denied.
+	attrDeniedSaid bool
 	// learning is LearnType's state per ARN: zero while a read is in
 	// flight, else when a failed read may be tried again.
 	learning map[string]time.Time
