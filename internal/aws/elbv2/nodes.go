@@ -20,7 +20,7 @@ import (
 // may close a route before its tail only when every sender is known (see
 // internal/evidence), and an ALB's or NLB's senders are its nodes, whose
 // network interfaces AWS describes as "ELB app/NAME/ID" or "ELB
-// net/NAME/ID" (docs/facts.md, "Who sends"). A node list is read per load
+// net/NAME/ID" (docs/facts.md, "Who sends a target group's traffic"). A node list is read per load
 // balancer while a group behind it is watched, from the budget, and read
 // again every Config.NodesRefresh: an ALB adds nodes as it scales.
 
