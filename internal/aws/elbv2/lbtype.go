@@ -24,11 +24,14 @@ const (
 // groupInfo is what DescribeTargetGroups says of a group that matters
 // here, read once (a target group's load balancer never changes): its load
 // balancer's type, the load balancers in front of it (whose nodes send its
-// traffic) and its VPC (theirs too).
+// traffic), its VPC (theirs too) and whether its targets are IPv6
+// addresses (the nodes then send from their IPv6 addresses, else from
+// their IPv4 ones).
 type groupInfo struct {
 	lbType string
 	lbARNs []string
 	vpcID  string
+	ipv6   bool
 }
 
 // readType makes sure g's observations carry its load balancer's type:
@@ -151,7 +154,8 @@ func (p *Poller) describeGroup(ctx context.Context, arn string) (groupInfo, erro
 	if t == "" {
 		return groupInfo{}, fmt.Errorf("target group %s has no load balancer whose type draingate can tell (protocol %q)", arn, tg.Protocol)
 	}
-	return groupInfo{lbType: t, lbARNs: tg.LoadBalancerArns, vpcID: aws.ToString(tg.VpcId)}, nil
+	return groupInfo{lbType: t, lbARNs: tg.LoadBalancerArns, vpcID: aws.ToString(tg.VpcId),
+		ipv6: tg.IpAddressType == types.TargetGroupIpAddressTypeEnumIpv6}, nil
 }
 
 // typeOf reads a load balancer type from its ARN

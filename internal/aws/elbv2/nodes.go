@@ -367,7 +367,7 @@ func (p *Poller) sendersLocked(arn string, now time.Time) (addrs []netip.Addr, w
 			return nil, "whether the NLB passes its clients' addresses on (preserve_client_ip.enabled) is not read yet", nil
 		}
 	case info.lbType == TypeGateway:
-		return nil, "a Gateway Load Balancer passes its clients' own addresses on", nil
+		return nil, "a Gateway Load Balancer forwards its clients' packets and opens no connections of its own", nil
 	case info.lbType != TypeApplication:
 		return nil, fmt.Sprintf("a load balancer of type %q: its nodes are not listed", info.lbType), nil
 	}
@@ -389,17 +389,26 @@ func (p *Poller) sendersLocked(arn string, now time.Time) (addrs []netip.Addr, w
 				why += fmt.Sprintf(" (%v)", n.err)
 			}
 			return nil, why, n.err
-		case len(n.addrs) == 0:
-			return nil, unknown + "no network interface of load balancer " + lb + " was found", nil
 		}
-		addrs = append(addrs, n.addrs...)
+		// A node connects to an IPv4 target from its IPv4 address and to an
+		// IPv6 one from its IPv6 address: the other family never sends
+		// this group anything, and listed it would forbid every early close.
+		before := len(addrs)
+		for _, a := range n.addrs {
+			if a.Is6() == info.ipv6 {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) == before {
+			family := "IPv4"
+			if info.ipv6 {
+				family = "IPv6"
+			}
+			return nil, unknown + "no " + family + " address on a network interface of load balancer " + lb, nil
+		}
 	}
-	if len(info.lbARNs) > 1 {
-		addrs = slices.Clone(addrs)
-		slices.SortFunc(addrs, netip.Addr.Compare)
-		addrs = slices.Compact(addrs)
-	}
-	return addrs, "", nil
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return slices.Compact(addrs), "", nil
 }
 
 // LoadBalancerNodes is one load balancer's node list as the poller holds

@@ -107,7 +107,8 @@ func TestNodesListed(t *testing.T) {
 	w := p.Watch(b.arn)
 	waitFor(t, "the senders", func() bool { o, ok := w.Latest(); return ok && o.SendersKnown })
 	o, _ := w.Latest()
-	if want := []string{"10.0.1.5", "10.0.2.7", "2001:db8::5"}; !slices.Equal(addrStrings(o.Senders), want) || o.SendersWhy != "" || o.SendersErr != nil {
+	// An IPv4 target group hears the nodes' IPv4 addresses only.
+	if want := []string{"10.0.1.5", "10.0.2.7"}; !slices.Equal(addrStrings(o.Senders), want) || o.SendersWhy != "" || o.SendersErr != nil {
 		t.Errorf("senders %v (why %q, err %v), want %v", o.Senders, o.SendersWhy, o.SendersErr, want)
 	}
 	if lbs := p.LoadBalancers(); len(lbs) != 1 || lbs[0].ARN != b.lb || !lbs[0].Known || lbs[0].Nodes != 3 {
@@ -273,7 +274,8 @@ func TestSendersStaleRule(t *testing.T) {
 		{"fresh", &nodeList{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, readAt: read}, read.Add(time.Second), true, ""},
 		{"refreshes failed, kept", &nodeList{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, readAt: read, err: failed}, read.Add(3 * refresh), true, ""},
 		{"stale", &nodeList{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, readAt: read, err: failed}, read.Add(3*refresh + time.Second), false, "stale, read 3m1s ago (describe"},
-		{"empty", &nodeList{readAt: read}, read, false, "no network interface"},
+		{"empty", &nodeList{readAt: read}, read, false, "no IPv4 address on a network interface"},
+		{"IPv6 only, to IPv4 targets", &nodeList{addrs: []netip.Addr{netip.MustParseAddr("2001:db8::1")}, readAt: read}, read, false, "no IPv4 address"},
 		{"first read failed", &nodeList{err: failed}, read, false, "could not be read"},
 	} {
 		delete(p.lbs, lb)
@@ -283,6 +285,20 @@ func TestSendersStaleRule(t *testing.T) {
 		addrs, why, _ := p.sendersLocked("tg", c.at)
 		if (why == "") != c.known || !strings.Contains(why, c.why) || c.known && len(addrs) != 1 {
 			t.Errorf("%s: senders %v, why %q; want known %v, why with %q", c.name, addrs, why, c.known, c.why)
+		}
+	}
+
+	// A dual-stack load balancer: an IPv6 target group hears its IPv6
+	// addresses, an IPv4 one its IPv4 addresses; two load balancers' lists
+	// join, sorted.
+	other := "arn:aws:elasticloadbalancing:eu-west-1:1:loadbalancer/app/api/2"
+	p.lbs[lb] = &nodeList{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("2001:db8::2")}, readAt: read}
+	p.lbs[other] = &nodeList{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("2001:db8::1")}, readAt: read}
+	p.infos["tg6"] = groupInfo{lbType: TypeApplication, lbARNs: []string{lb, other}, ipv6: true}
+	p.infos["tg4"] = groupInfo{lbType: TypeApplication, lbARNs: []string{lb, other}}
+	for arn, want := range map[string][]string{"tg6": {"2001:db8::1", "2001:db8::2"}, "tg4": {"10.0.0.1", "10.0.0.2"}} {
+		if addrs, why, _ := p.sendersLocked(arn, read); why != "" || !slices.Equal(addrStrings(addrs), want) {
+			t.Errorf("%s: senders %v (%q), want %v", arn, addrs, why, want)
 		}
 	}
 }

@@ -156,9 +156,10 @@ type Observation struct {
 	TypeErr          error
 
 	// Senders are the addresses of the nodes of the group's load
-	// balancers, sorted, when SendersKnown: every load balancer of the
-	// group has a fresh list (read less than 3 × Config.NodesRefresh ago)
-	// and does not pass its clients' own addresses on. Otherwise
+	// balancers in the family of its targets (IPv4 or IPv6), sorted, when
+	// SendersKnown: every load balancer of the group has a fresh list
+	// (read less than 3 × Config.NodesRefresh ago) and does not pass its
+	// clients' own addresses on. Otherwise
 	// SendersWhy says why they are not known, as a phrase ("the load
 	// balancer's nodes are not known: ..."), and SendersErr is the failed
 	// read behind it, if any (ErrNodesDenied for a missing permission).
