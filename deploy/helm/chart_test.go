@@ -300,6 +300,7 @@ func TestDefaultArgs(t *testing.T) {
 		"aws-rate":               "1",
 		"aws-burst":              "5",
 		"poll-interval":          "2s",
+		"lb-nodes-refresh":       "60s",
 		"tail-endpointslice":     "5s",
 		"tail-alb":               "20s",
 		"tail-nlb":               "300s",
@@ -353,7 +354,7 @@ func TestDefaultArgs(t *testing.T) {
 
 	// Every flag draingate serve defines is set by the chart, by default or
 	// by a value (TestArgsFollowValues covers the ones only given when set).
-	setBySomeValue := map[string]bool{"aws-region": true, "elbv2-endpoint": true, "kubeconfig": true,
+	setBySomeValue := map[string]bool{"aws-region": true, "elbv2-endpoint": true, "ec2-endpoint": true, "kubeconfig": true,
 		"inject-installer-requests": true, "inject-installer-limits": true, "inject-pull-secrets": true}
 	defined := serverFlags(t)
 	for _, f := range defined {
@@ -383,7 +384,9 @@ func TestArgsFollowValues(t *testing.T) {
 		{"targetGroups: false", map[string]string{"target-groups": "false"}},
 		{"aws: {region: eu-west-1, elbv2Endpoint: 'https://vpce-1.elasticloadbalancing.eu-west-1.vpce.amazonaws.com', rate: 0.5, burst: 3}",
 			map[string]string{"aws-region": "eu-west-1", "elbv2-endpoint": "https://vpce-1.elasticloadbalancing.eu-west-1.vpce.amazonaws.com", "aws-rate": "0.5", "aws-burst": "3"}},
-		{"aws: {rate: 4}", map[string]string{"aws-rate": "4", "aws-region": "-", "elbv2-endpoint": "-"}},
+		{"aws: {rate: 4}", map[string]string{"aws-rate": "4", "aws-region": "-", "elbv2-endpoint": "-", "ec2-endpoint": "-"}},
+		{"aws: {ec2Endpoint: 'https://vpce-2.ec2.eu-west-1.vpce.amazonaws.com'}", map[string]string{"ec2-endpoint": "https://vpce-2.ec2.eu-west-1.vpce.amazonaws.com", "elbv2-endpoint": "-"}},
+		{"lbNodesRefresh: 2m", map[string]string{"lb-nodes-refresh": "2m", "poll-interval": "2s"}},
 		// helm --set aws.rate=0.25 gives the string "0.25".
 		{"aws: {rate: '0.25'}", map[string]string{"aws-rate": "0.25"}},
 		{"pollInterval: 7s", map[string]string{"poll-interval": "7s"}},
@@ -1180,7 +1183,8 @@ func TestREADMEListsEveryValue(t *testing.T) {
 	}
 
 	// The IAM policy in the README: the two read-only ELBv2 actions the
-	// server calls, on every resource, and nothing else.
+	// server needs, on every resource, and the optional ones that list the
+	// load balancers' nodes, and nothing else.
 	block := regexp.MustCompile("(?s)```json\n(.*?)```").FindSubmatch(b)
 	if block == nil {
 		t.Fatal("README.md has no ```json block with the IAM policy")
@@ -1188,6 +1192,7 @@ func TestREADMEListsEveryValue(t *testing.T) {
 	var policy struct {
 		Version   string
 		Statement []struct {
+			Sid      string
 			Effect   string
 			Action   []string
 			Resource string
@@ -1196,11 +1201,23 @@ func TestREADMEListsEveryValue(t *testing.T) {
 	if err := json.Unmarshal(block[1], &policy); err != nil {
 		t.Fatalf("IAM policy: %v", err)
 	}
-	// Exactly the calls internal/aws/elbv2's API interface makes.
-	want := []string{"elasticloadbalancing:DescribeTargetGroups", "elasticloadbalancing:DescribeTargetHealth"}
-	if len(policy.Statement) != 1 || policy.Statement[0].Effect != "Allow" || policy.Statement[0].Resource != "*" ||
-		!slices.Equal(slices.Sorted(slices.Values(policy.Statement[0].Action)), want) {
-		t.Errorf("IAM policy %+v, want Allow %v on *", policy, want)
+	// Exactly the calls internal/aws/elbv2's API and EC2API interfaces
+	// make: the required ones, then the optional ones, named so.
+	want := [][]string{
+		{"elasticloadbalancing:DescribeTargetGroups", "elasticloadbalancing:DescribeTargetHealth"},
+		{"ec2:DescribeNetworkInterfaces", "elasticloadbalancing:DescribeTargetGroupAttributes"},
+	}
+	if len(policy.Statement) != len(want) || !strings.Contains(policy.Statement[1].Sid, "Optional") {
+		t.Errorf("IAM policy %+v, want %d statements, the second one optional", policy, len(want))
+	} else {
+		for i, s := range policy.Statement {
+			if s.Effect != "Allow" || s.Resource != "*" || !slices.Equal(slices.Sorted(slices.Values(s.Action)), want[i]) {
+				t.Errorf("IAM policy statement %d %+v, want Allow %v on *", i, s, want[i])
+			}
+		}
+	}
+	if !bytes.Contains(b, []byte("ec2:DescribeNetworkInterfaces` lists each load balancer's")) {
+		t.Errorf("README.md does not say what the optional statement is for")
 	}
 	if !bytes.Contains(b, []byte("eks.amazonaws.com/role-arn")) {
 		t.Errorf("README.md has no IRSA annotation example")

@@ -586,6 +586,12 @@ func TestKnownSenders(t *testing.T) {
 	if !at.Equal(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTail || !strings.Contains(c.Why, "cannot be listed") {
 		t.Errorf("senders unknown: closed at %v by %q (%s), want at the tail's end by the tail", at, c.ClosedBy, c.Why)
 	}
+	// The route says why it cannot list them.
+	why := "the load balancer's nodes are not known (ec2:DescribeNetworkInterfaces is denied)"
+	at, c = closeTime(route(evidence.Senders{Why: why}), outSince, until, 100*time.Millisecond, 0, nil, a, b)
+	if !at.Equal(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTail || !strings.Contains(c.Why, why) || !strings.Contains(c.Detail, why) {
+		t.Errorf("senders unknown, with why: closed at %v by %q (%s; %s), want at the tail's end, saying why", at, c.ClosedBy, c.Why, c.Detail)
+	}
 	// Unknown senders still lengthen: the client, weighed now, sends past
 	// the tail's end.
 	at, c = closeTime(route(evidence.Senders{}), outSince, until.Add(3*tail), 100*time.Millisecond, 0, nil, a, b, client)

@@ -53,6 +53,10 @@ type Senders struct {
 	// Neither set: the evidence may lengthen the route's wait (a source
 	// still sending at the tail's end holds it), never shorten it.
 	SeenAreAll bool
+	// Why, with neither set, says why the senders are not known, as a
+	// phrase for the route's detail ("the load balancer's nodes are not
+	// known: ..."); empty, a generic phrase.
+	Why string
 }
 
 // Closing is a route judged on the evidence at one time.
@@ -332,6 +336,8 @@ func (s Senders) untrusted(seen map[netip.Addr]bool) string {
 		return fmt.Sprintf("%d of the load balancer's %d nodes sent nothing while the agent watched (%s, ...)", len(unseen), len(s.Addrs), unseen[0])
 	case s.SeenAreAll:
 		return ""
+	case s.Why != "":
+		return s.Why
 	}
 	return "the route's senders cannot be listed"
 }

@@ -56,6 +56,9 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 		}
 		cfgs = append(cfgs, c)
 	}
+	if err := r.registerNodes(arn, cfgs); err != nil {
+		return nil, err
+	}
 	lb.bal = dataplane.NewBalancer(cfgs)
 	lb.nodes = lb.bal.Nodes()
 	events, unsubscribe := r.emu.Subscribe()
@@ -87,6 +90,26 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 		lb.urls = append(lb.urls, "http://"+ln.Addr().String()+"/")
 	}
 	return lb, nil
+}
+
+// registerNodes gives the emulator the nodes' source addresses as the
+// network interfaces of the target group's load balancer, so that the gate
+// lists them as the route's senders (EC2 DescribeNetworkInterfaces), as it
+// does in AWS. Nodes without their own address (no Env.LBSources) connect
+// from the host's: none is registered, and the gate knows no senders.
+func (r *runner) registerNodes(arn string, cfgs []dataplane.Config) error {
+	var addrs []netip.Addr
+	for _, c := range cfgs {
+		if !c.SourceIP.IsValid() {
+			return nil
+		}
+		addrs = append(addrs, c.SourceIP)
+	}
+	lbARN, err := r.emu.LoadBalancerARN(arn)
+	if err != nil {
+		return err
+	}
+	return r.emu.SetLoadBalancerNodes(lbARN, addrs)
 }
 
 func (lb *loadBalancer) close() {

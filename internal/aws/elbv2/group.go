@@ -14,8 +14,8 @@ import (
 )
 
 // One target group's goroutine: it polls the group while it has waiters,
-// reads its load balancer's type once, and publishes each observation to
-// the waiters.
+// reads its load balancer's type once, keeps its load balancers' node
+// lists fresh (nodes.go), and publishes each observation to the waiters.
 
 // group is one polled target group; its goroutine runs while it has waiters.
 type group struct {
@@ -27,9 +27,12 @@ type group struct {
 	// goroutine, read by others only after done is closed.
 	next time.Time
 	// typeRetry and typeFailures pace reads of the load balancer's type
-	// after failures; owned by the goroutine.
+	// after failures, attrRetry and attrFailures those of its client IP
+	// preservation; owned by the goroutine.
 	typeRetry    time.Time
 	typeFailures int
+	attrRetry    time.Time
+	attrFailures int
 
 	mu      sync.Mutex
 	obs     Observation
@@ -68,6 +71,7 @@ func (p *Poller) run(ctx context.Context, g *group, prev *group) {
 			failures = 0
 			g.publish(Observation{ARN: g.arn, At: p.cfg.Now(), Targets: targets}, true)
 			p.readType(ctx, g, started)
+			p.readSenders(ctx, g, started)
 			continue
 		}
 		failures++
@@ -113,6 +117,8 @@ func (p *Poller) outcome(action string, err error) {
 	result := "ok"
 	switch {
 	case err == nil:
+	case isDenied(err):
+		result = "denied"
 	case isThrottle(err):
 		result = "throttled"
 		p.throttled.Add(1)
@@ -166,6 +172,12 @@ func (g *group) publishErr(err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.obs.Err = err
+	g.signalLocked()
+}
+
+func (g *group) signal() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.signalLocked()
 }
 

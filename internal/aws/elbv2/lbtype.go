@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 )
@@ -20,20 +21,33 @@ const (
 	TypeGateway     = string(types.LoadBalancerTypeEnumGateway)
 )
 
+// groupInfo is what DescribeTargetGroups says of a group that matters
+// here, read once (a target group's load balancer never changes): its load
+// balancer's type, the load balancers in front of it (whose nodes send its
+// traffic), its VPC (theirs too) and whether its targets are IPv6
+// addresses (the nodes then send from their IPv6 addresses, else from
+// their IPv4 ones).
+type groupInfo struct {
+	lbType string
+	lbARNs []string
+	vpcID  string
+	ipv6   bool
+}
+
 // readType makes sure g's observations carry its load balancer's type:
-// from memory (a target group's load balancer never changes), or with one
-// DescribeTargetGroups call from the budget, after a good listing, and
-// again after a backoff when it fails. g's goroutine calls it.
+// from memory, or with one DescribeTargetGroups call from the budget,
+// after a good listing, and again after a backoff when it fails. g's
+// goroutine calls it.
 func (p *Poller) readType(ctx context.Context, g *group, now time.Time) {
 	p.mu.Lock()
-	t, ok := p.lbTypes[g.arn]
+	info, ok := p.infos[g.arn]
 	p.mu.Unlock()
 	if !ok {
 		if now.Before(g.typeRetry) || p.budget.take(ctx) != nil {
 			return
 		}
 		var err error
-		t, err = p.describeType(ctx, g.arn)
+		info, err = p.describeGroup(ctx, g.arn)
 		if ctx.Err() != nil {
 			return
 		}
@@ -44,10 +58,10 @@ func (p *Poller) readType(ctx context.Context, g *group, now time.Time) {
 			return
 		}
 		p.mu.Lock()
-		p.lbTypes[g.arn] = t
+		p.infos[g.arn] = info
 		p.mu.Unlock()
 	}
-	g.setType(t, nil)
+	g.setType(info.lbType, nil)
 }
 
 // typeRetryAfter is how long LearnType waits after a failed read before
@@ -59,8 +73,8 @@ const typeRetryAfter = time.Minute
 func (p *Poller) TypeOf(arn string) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t, ok := p.lbTypes[arn]
-	return t, ok
+	info, ok := p.infos[arn]
+	return info.lbType, ok
 }
 
 // LearnType reads the type of the load balancer in front of arn in the
@@ -75,7 +89,7 @@ func (p *Poller) TypeOf(arn string) (string, bool) {
 func (p *Poller) LearnType(arn string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.lbTypes[arn]; ok || p.closed {
+	if _, ok := p.infos[arn]; ok || p.closed {
 		return
 	}
 	if retry, ok := p.learning[arn]; ok && (retry.IsZero() || time.Now().Before(retry)) {
@@ -100,9 +114,10 @@ func (p *Poller) learn() {
 	for len(p.toLearn) > 0 && p.ctx.Err() == nil {
 		arn := p.toLearn[0]
 		p.mu.Unlock()
-		t, err := "", p.budget.take(p.ctx)
+		var info groupInfo
+		err := p.budget.take(p.ctx)
 		if err == nil {
-			t, err = p.describeType(p.ctx, arn)
+			info, err = p.describeGroup(p.ctx, arn)
 		}
 		p.mu.Lock()
 		p.toLearn = p.toLearn[1:]
@@ -110,35 +125,37 @@ func (p *Poller) learn() {
 			p.learning[arn] = time.Now().Add(typeRetryAfter)
 		} else {
 			delete(p.learning, arn)
-			p.lbTypes[arn] = t
+			p.infos[arn] = info
 		}
 	}
 	p.toLearn = nil
 }
 
-// describeType reads the type of the load balancer in front of arn.
-func (p *Poller) describeType(ctx context.Context, arn string) (string, error) {
+// describeGroup reads the type of the load balancer in front of arn, the
+// load balancers and the VPC.
+func (p *Poller) describeGroup(ctx context.Context, arn string) (groupInfo, error) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	p.calls.Add(1)
 	out, err := p.api.DescribeTargetGroups(cctx, &elasticloadbalancingv2.DescribeTargetGroupsInput{TargetGroupArns: []string{arn}},
 		singleAttempt)
 	if err != nil && ctx.Err() != nil {
-		return "", err
+		return groupInfo{}, err
 	}
 	p.outcome(DescribeTargetGroupsAction, err)
 	if err != nil {
-		return "", fmt.Errorf("describe target group %s: %w", arn, err)
+		return groupInfo{}, fmt.Errorf("describe target group %s: %w", arn, err)
 	}
 	if len(out.TargetGroups) != 1 {
-		return "", fmt.Errorf("describe target group %s: %d groups in the answer, want 1", arn, len(out.TargetGroups))
+		return groupInfo{}, fmt.Errorf("describe target group %s: %d groups in the answer, want 1", arn, len(out.TargetGroups))
 	}
 	tg := out.TargetGroups[0]
 	t := typeOf(tg.LoadBalancerArns, string(tg.Protocol))
 	if t == "" {
-		return "", fmt.Errorf("target group %s has no load balancer whose type draingate can tell (protocol %q)", arn, tg.Protocol)
+		return groupInfo{}, fmt.Errorf("target group %s has no load balancer whose type draingate can tell (protocol %q)", arn, tg.Protocol)
 	}
-	return t, nil
+	return groupInfo{lbType: t, lbARNs: tg.LoadBalancerArns, vpcID: aws.ToString(tg.VpcId),
+		ipv6: tg.IpAddressType == types.TargetGroupIpAddressTypeEnumIpv6}, nil
 }
 
 // typeOf reads a load balancer type from its ARN

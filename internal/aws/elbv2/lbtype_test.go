@@ -233,7 +233,7 @@ func TestLearnTypeQueueStress(t *testing.T) {
 	waitFor(t, "every type", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return len(p.lbTypes) == askers*each
+		return len(p.infos) == askers*each
 	})
 	p.mu.Lock()
 	defer p.mu.Unlock()

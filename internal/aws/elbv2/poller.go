@@ -3,6 +3,8 @@ package elbv2
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,13 +14,16 @@ import (
 	"draingate.dev/draingate/internal/backoff"
 )
 
-// API is the two ELBv2 calls the poller makes, both from its one budget:
-// DescribeTargetHealth once per group per poll, and DescribeTargetGroups
-// once per group for its load balancer's type.
-// *elasticloadbalancingv2.Client implements it.
+// API is the ELBv2 calls the poller makes, all from its one budget:
+// DescribeTargetHealth once per group per poll, DescribeTargetGroups once
+// per group for its load balancer's type, and, for a group behind an NLB
+// when Config.EC2 is set, DescribeTargetGroupAttributes once for whether
+// it keeps its clients' addresses. *elasticloadbalancingv2.Client
+// implements it.
 type API interface {
 	DescribeTargetHealth(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetHealthInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetHealthOutput, error)
 	DescribeTargetGroups(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error)
+	DescribeTargetGroupAttributes(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupAttributesInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupAttributesOutput, error)
 }
 
 // Config sizes a Poller. Zero fields take the defaults given beside them.
@@ -47,10 +52,34 @@ type Config struct {
 	// backoff always use the real clock.
 	Now func() time.Time
 
+	// EC2, if set, lists the nodes of each watched group's load balancer
+	// (Observation.Senders), with one DescribeNetworkInterfaces per load
+	// balancer per NodesRefresh from the same budget; nil: the senders are
+	// never known.
+	EC2 EC2API
+
+	// NodesRefresh is how often a load balancer's node list is read again
+	// while a group behind it is watched (default 60 s). A list not read
+	// for 3 × NodesRefresh is stale: the senders are then not known.
+	NodesRefresh time.Duration
+
+	// DeniedPause is how long no node list (or, per group, no NLB's
+	// client IP preservation) is asked for after AWS denied the permission
+	// (default 10 min).
+	DeniedPause time.Duration
+
+	// Log receives what an operator should act on: a denied
+	// ec2:DescribeNetworkInterfaces or DescribeTargetGroupAttributes, each
+	// said once (default slog.Default()).
+	Log *slog.Logger
+
 	// Metrics, if set, is called once per call made, with action
-	// "DescribeTargetHealth" or "DescribeTargetGroups" and result "ok", "throttled" or "error"; meant
-	// for Prometheus counters. It must not block. A call cut short because
-	// its group's last waiter left is counted by Stats but not reported.
+	// "DescribeTargetHealth", "DescribeTargetGroups",
+	// "DescribeTargetGroupAttributes" or "DescribeNetworkInterfaces" (EC2)
+	// and result "ok", "throttled", "denied" (a missing permission) or
+	// "error"; meant for Prometheus counters. It must not block. A call
+	// cut short because its group's last waiter left is counted by Stats
+	// but not reported.
 	Metrics func(action, result string)
 }
 
@@ -76,6 +105,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.NodesRefresh <= 0 {
+		c.NodesRefresh = time.Minute
+	}
+	if c.DeniedPause <= 0 {
+		c.DeniedPause = 10 * time.Minute
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
 	}
 	return c
 }
@@ -116,6 +154,20 @@ type Observation struct {
 	// and TypeErr then says why when a read failed.
 	LoadBalancerType string
 	TypeErr          error
+
+	// Senders are the addresses of the nodes of the group's load
+	// balancers in the family of its targets (IPv4 or IPv6), sorted, when
+	// SendersKnown: every load balancer of the group has a fresh list
+	// (read less than 3 × Config.NodesRefresh ago) and does not pass its
+	// clients' own addresses on. Otherwise
+	// SendersWhy says why they are not known, as a phrase ("the load
+	// balancer's nodes are not known: ..."), and SendersErr is the failed
+	// read behind it, if any (ErrNodesDenied for a missing permission).
+	// Observations share the slice: it must not be modified.
+	Senders      []netip.Addr
+	SendersKnown bool
+	SendersWhy   string
+	SendersErr   error
 }
 
 // ErrClosed is the Err a waiter reports once its Poller is closed.
@@ -137,9 +189,25 @@ type Poller struct {
 
 	mu      sync.Mutex
 	closed  bool
-	groups  map[string]*group // ARN → group with waiters
-	retired map[string]*group // ARN → last group that lost its waiters
-	lbTypes map[string]string // ARN → load balancer type, once read
+	groups  map[string]*group    // ARN → group with waiters
+	retired map[string]*group    // ARN → last group that lost its waiters
+	infos   map[string]groupInfo // ARN → what DescribeTargetGroups said, once read
+	// clientIP is, per group behind an NLB, why its nodes are not its
+	// senders ("" when they are: client IP preservation is off), once
+	// read; clientIPErr the last failed read.
+	clientIP    map[string]string
+	clientIPErr map[string]error
+	// lbs are the load balancers' node lists, by load balancer ARN;
+	// deniedUntil is when a denied DescribeNetworkInterfaces may be asked
+	// again, deniedErr the denial (nil once a read succeeds), deniedSaid
+	// whether the log said so.
+	lbs         map[string]*nodeList
+	deniedUntil time.Time
+	deniedErr   error
+	deniedSaid  bool
+	// attrDeniedSaid: the log said that DescribeTargetGroupAttributes is
+	// denied.
+	attrDeniedSaid bool
 	// learning is LearnType's state per ARN: zero while a read is in
 	// flight, else when a failed read may be tried again.
 	learning map[string]time.Time
@@ -156,14 +224,17 @@ func New(api API, cfg Config) *Poller {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Poller{
 		ctx: ctx, cancel: cancel,
-		learning: map[string]time.Time{},
-		api:      api,
-		cfg:      cfg,
-		budget:   newBudget(cfg.Rate, cfg.Burst, time.Now()),
-		backoff:  backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
-		groups:   map[string]*group{},
-		retired:  map[string]*group{},
-		lbTypes:  map[string]string{},
+		learning:    map[string]time.Time{},
+		api:         api,
+		cfg:         cfg,
+		budget:      newBudget(cfg.Rate, cfg.Burst, time.Now()),
+		backoff:     backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
+		groups:      map[string]*group{},
+		retired:     map[string]*group{},
+		infos:       map[string]groupInfo{},
+		clientIP:    map[string]string{},
+		clientIPErr: map[string]error{},
+		lbs:         map[string]*nodeList{},
 	}
 }
 
@@ -209,10 +280,19 @@ func (p *Poller) Watch(arn string) *Waiter {
 
 // Latest returns the group's current observation. ok is false until the
 // first good listing; the observation then carries only ARN and Err.
+// Whether its senders are known is judged now, so a node list turns stale
+// here without a new poll.
 func (w *Waiter) Latest() (obs Observation, ok bool) {
+	w.p.mu.Lock()
+	senders, why, err := w.p.sendersLocked(w.g.arn, time.Now())
+	w.p.mu.Unlock()
 	w.g.mu.Lock()
-	defer w.g.mu.Unlock()
-	return w.g.obs, w.g.good
+	obs, ok = w.g.obs, w.g.good
+	w.g.mu.Unlock()
+	if ok {
+		obs.Senders, obs.SendersKnown, obs.SendersWhy, obs.SendersErr = senders, why == "", why, err
+	}
+	return obs, ok
 }
 
 // Changed receives a value after each new observation (a good listing or a
@@ -296,8 +376,9 @@ func (p *Poller) Close() {
 	}
 }
 
-// Stats returns how many ELBv2 calls the poller has made (every attempt of
-// either action, whatever its result) and how many of them were throttled.
+// Stats returns how many AWS calls the poller has made (every attempt of
+// every action, EC2's included, whatever its result: every one came out of
+// the budget) and how many of them were throttled.
 func (p *Poller) Stats() (calls, throttled int) {
 	return int(p.calls.Load()), int(p.throttled.Load())
 }

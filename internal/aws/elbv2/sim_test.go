@@ -137,6 +137,10 @@ func (c *countingAPI) DescribeTargetGroups(ctx context.Context, in *elasticloadb
 	return c.api.DescribeTargetGroups(ctx, in, optFns...)
 }
 
+func (c *countingAPI) DescribeTargetGroupAttributes(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupAttributesInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupAttributesOutput, error) {
+	return c.api.DescribeTargetGroupAttributes(ctx, in, optFns...)
+}
+
 func (c *countingAPI) perGroup() (map[string]int, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

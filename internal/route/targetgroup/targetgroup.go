@@ -8,7 +8,11 @@
 // from a full listing. Target health comes from the shared poller
 // (internal/aws/elbv2), which polls a group only while a pod with a route
 // through it waits, and reads the group's load balancer type once; until
-// that is known the route takes the NLB tail, the longer one.
+// that is known the route takes the NLB tail, the longer one. The route's
+// senders, which traffic evidence needs to close it before its tail, are
+// its load balancers' nodes as the poller lists them; when it cannot (no
+// permission, a stale list, an NLB that passes its clients' addresses on)
+// nobody is known and the evidence may only lengthen the wait.
 package targetgroup
 
 import (
@@ -194,9 +198,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic = true
-			// The load balancer's nodes are not listed yet: the sources
-			// seen are taken for all of them.
-			o.Senders = evidence.Senders{SeenAreAll: true}
+			o.Senders = Senders(obs)
 		case groupGone(obs.Err) && !s.wasRoute(key, arn):
 			// A binding whose group was deleted in AWS: no route of a pod
 			// it never served (it would otherwise hold every pod of the
@@ -210,6 +212,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 		o.Name, o.Err = arn, obs.Err
 		if ok && obs.TypeErr != nil {
 			o.TailName += fmt.Sprintf(" (the load balancer's type is not known: %v)", obs.TypeErr)
+		}
+		if ok && errors.Is(obs.SendersErr, elbv2.ErrNodesDenied) {
+			o.TailName += " (no early close: the server's role lacks ec2:DescribeNetworkInterfaces)"
 		}
 		if ok && obs.LoadBalancerType != "" {
 			s.noteType(arn, obs.LoadBalancerType)
@@ -536,6 +541,16 @@ func SameIP(id, ip string) bool {
 	a, errA := netip.ParseAddr(id)
 	b, errB := netip.ParseAddr(ip)
 	return errA == nil && errB == nil && a.Unmap().WithZone("") == b.Unmap().WithZone("")
+}
+
+// Senders is who sends a group's traffic, for the evidence: the nodes of
+// its load balancers when the poller holds a fresh list of each, else
+// nobody known and why, so that the evidence may only lengthen the wait.
+func Senders(obs elbv2.Observation) evidence.Senders {
+	if obs.SendersKnown {
+		return evidence.Senders{Known: true, Addrs: obs.Senders}
+	}
+	return evidence.Senders{Why: obs.SendersWhy}
 }
 
 // groupGone reports whether err says the target group does not exist.

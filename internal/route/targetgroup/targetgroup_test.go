@@ -2,11 +2,15 @@ package targetgroup
 
 import (
 	"context"
+	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,6 +19,7 @@ import (
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 )
 
@@ -187,5 +192,90 @@ func TestRoutesOutliveForget(t *testing.T) {
 	s.Drop(key)
 	if s.wasRoute(key, "arn:seen") || s.wasRoute(key, "arn:known") {
 		t.Error("Drop kept the pod's routes")
+	}
+}
+
+// Senders hands the evidence the load balancer's nodes only when the
+// poller knows them all; otherwise nobody is known, never the sources
+// seen, and the reason travels with it.
+func TestSenders(t *testing.T) {
+	nodes := []netip.Addr{netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("10.0.2.7")}
+	if got := Senders(elbv2.Observation{Senders: nodes, SendersKnown: true}); !got.Known || !slices.Equal(got.Addrs, nodes) || got.SeenAreAll {
+		t.Errorf("known: %+v", got)
+	}
+	why := "the load balancer's nodes are not known: the list is stale, read 3m1s ago"
+	if got := Senders(elbv2.Observation{Senders: nodes, SendersWhy: why}); got.Known || got.SeenAreAll || got.Addrs != nil || got.Why != why {
+		t.Errorf("not known: %+v, want no senders and the reason", got)
+	}
+}
+
+// Observe, against the emulator through the real SDK clients, gives a
+// route the nodes of its load balancer as senders; without
+// ec2:DescribeNetworkInterfaces none, and its tail says why it cannot
+// close early.
+func TestObserveSenders(t *testing.T) {
+	sim := elbv2sim.New(elbv2sim.Config{})
+	if _, err := sim.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	arn, err := sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "web", Port: 8080})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, _ := sim.LoadBalancerARN(arn)
+	nodes := []netip.Addr{netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("10.0.2.7")}
+	if err := sim.SetLoadBalancerNodes(lb, nodes); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1"},
+		Status: corev1.PodStatus{PodIP: "10.244.0.9"}}
+	// observe observes the pod through a new source until it sees what
+	// until wants, and hands the gauge of its poller to check.
+	observe := func(t *testing.T, until func(gate.Observation) bool, gauge func(prometheus.Collector)) gate.Observation {
+		t.Helper()
+		p := elbv2.New(sim.Client(), elbv2.Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: sim.EC2Client(),
+			Log: slog.New(slog.DiscardHandler)})
+		s := New(Options{Poller: p, ALBTail: DefaultALBTail, NLBTail: DefaultNLBTail})
+		s.changed = func(string, string) {} // as Start sets it
+		defer s.Close()
+		defer gauge(sendersGauge{p})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for {
+			obs, err := s.Observe(ctx, pod, []gate.Known{{Name: arn, WasRoute: true}}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(obs) == 1 && until(obs[0]) {
+				return obs[0]
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("never: %+v", obs)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+
+	gaugeIs := func(v string) func(prometheus.Collector) {
+		return func(c prometheus.Collector) {
+			if err := promtest.CollectAndCompare(c, strings.NewReader(`
+# HELP draingate_lb_senders_known `+sendersHelp+`
+# TYPE draingate_lb_senders_known gauge
+draingate_lb_senders_known{load_balancer="`+lb+`"} `+v+"\n"), "draingate_lb_senders_known"); err != nil {
+				t.Errorf("gauge: %v", err)
+			}
+		}
+	}
+	o := observe(t, func(o gate.Observation) bool { return o.Senders.Known }, gaugeIs("1"))
+	if !slices.Equal(o.Senders.Addrs, nodes) || !o.Out || o.TailName != "ALB" {
+		t.Errorf("senders %+v, out %v, tail %q; want the nodes, out (absent), the ALB tail", o.Senders, o.Out, o.TailName)
+	}
+
+	sim.DenyEC2(true)
+	o = observe(t, func(o gate.Observation) bool { return strings.Contains(o.TailName, "ec2:DescribeNetworkInterfaces") }, gaugeIs("0"))
+	if o.Senders.Known || o.Senders.SeenAreAll || !strings.Contains(o.Senders.Why, "denied") || o.Err != nil {
+		t.Errorf("denied: senders %+v, err %v; want none known, saying why, and no route error", o.Senders, o.Err)
 	}
 }

@@ -26,6 +26,14 @@
 // DescribeTargetHealth, RegisterTargets, DeregisterTargets). Any other action
 // answers InvalidAction.
 //
+// The same server also answers one EC2 action, DescribeNetworkInterfaces
+// (EC2 Query protocol, version 2016-11-15; [Server.EC2Client]), with the
+// network interfaces of the load balancers' nodes that the lab sets
+// ([Server.SetLoadBalancerNodes]), so that the gate can list every sender
+// of a target group's traffic. It has EC2's own rate limit (Config.EC2),
+// and [Server.DenyEC2] makes it answer UnauthorizedOperation, as AWS does
+// for a role without the permission.
+//
 // Timers are real: the lab makes runs fast by giving target groups short
 // health-check intervals and deregistration delays (milliseconds are
 // accepted, although AWS only allows whole seconds; the API reports such

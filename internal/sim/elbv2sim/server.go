@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -32,6 +33,11 @@ type Config struct {
 	// Token buckets; a zero BucketConfig means the AWS default:
 	// Describe 40/10, Registration 20/4, Account 40/10 (capacity/refill per s).
 	Describe, Registration, Account BucketConfig
+
+	// EC2 is the bucket of the EC2 action DescribeNetworkInterfaces, apart
+	// from ELB's as in AWS; zero means EC2's default for a non-mutating
+	// action, 100/20.
+	EC2 BucketConfig
 
 	// Latency per action name, waited before the action is processed (so a
 	// slow RegisterTargets also takes effect late) and answered.
@@ -76,6 +82,11 @@ type Server struct {
 	dropped uint64
 	servers []*http.Server
 	urls    []string // what Listen answered, in order
+	// nodes are the load balancers' node addresses, by load balancer ARN
+	// (SetLoadBalancerNodes); ec2Denied makes DescribeNetworkInterfaces
+	// answer UnauthorizedOperation (DenyEC2).
+	nodes     map[string][]netip.Addr
+	ec2Denied bool
 
 	// clientTransports are the HTTP transports of the SDK clients Client
 	// handed out; Close closes their idle connections.
@@ -101,6 +112,7 @@ func New(cfg Config) *Server {
 		done:    make(chan struct{}),
 		groups:  map[string]*targetGroup{},
 		byName:  map[string]string{},
+		nodes:   map[string][]netip.Addr{},
 		subs:    map[*subscriber]struct{}{},
 		latency: map[string]time.Duration{},
 		calls:   map[string]map[string]int{},
@@ -123,6 +135,7 @@ func New(cfg Config) *Server {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.lim.set(cfg.Describe, cfg.Registration, cfg.Account, time.Now())
+	s.lim.setEC2(cfg.EC2, time.Now())
 	return s
 }
 
@@ -288,9 +301,10 @@ var handlers = map[string]handler{
 	"DeregisterTargets":             (*Server).apiDeregisterTargets,
 }
 
-// ServeHTTP answers one AWS Query request. Signatures are not checked.
-// Order: injected latency, then rate limits (a throttled call changes
-// nothing), then the action.
+// ServeHTTP answers one AWS Query request, ELBv2's or EC2's
+// DescribeNetworkInterfaces. Signatures are not checked. Order: injected
+// latency, then rate limits (a throttled call changes nothing), then the
+// action.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := newRequestID()
 	if err := r.ParseForm(); err != nil {
@@ -323,6 +337,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if action == DescribeNetworkInterfacesAction {
+		s.serveEC2(w, r, action, reqID)
+		return
+	}
 	h, ok := handlers[action]
 	switch {
 	case action == "":

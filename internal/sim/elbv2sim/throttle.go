@@ -70,6 +70,26 @@ func classOf(action string) actionClass {
 type limiter struct {
 	mu                              sync.Mutex
 	describe, registration, account *bucket
+	ec2                             *bucket // DescribeNetworkInterfaces: EC2's own
+}
+
+func (l *limiter) setEC2(b BucketConfig, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ec2 = newBucket(b, defaultEC2, now)
+}
+
+// allowEC2 takes a token from the EC2 action's bucket, which ELB's limits
+// do not touch.
+func (l *limiter) allowEC2(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ec2.refill(now)
+	if l.ec2.tokens < 1 {
+		return false
+	}
+	l.ec2.tokens--
+	return true
 }
 
 func (l *limiter) set(describe, registration, account BucketConfig, now time.Time) {

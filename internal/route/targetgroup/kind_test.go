@@ -1,0 +1,63 @@
+package targetgroup
+
+import (
+	"context"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+)
+
+func parsed(t *testing.T, args ...string) *Config {
+	t.Helper()
+	c := NewKind()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The node list's flags: a minute's refresh by default, never zero.
+func TestNodesFlags(t *testing.T) {
+	if c := parsed(t); c.nodesRefresh != time.Minute || c.ec2Endpoint != "" || c.Validate() != nil {
+		t.Errorf("defaults: refresh %v, EC2 endpoint %q, %v", c.nodesRefresh, c.ec2Endpoint, c.Validate())
+	}
+	if err := parsed(t, "--lb-nodes-refresh=0s").Validate(); err == nil || !strings.Contains(err.Error(), "--lb-nodes-refresh must be positive") {
+		t.Errorf("a zero refresh: %v", err)
+	}
+}
+
+// EC2 goes where --ec2-endpoint says, else where --elbv2-endpoint says
+// (the emulator serves both), else to AWS.
+func TestEC2Endpoint(t *testing.T) {
+	// Nothing from this machine's AWS setup.
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	t.Setenv("AWS_ENDPOINT_URL_EC2", "")
+	t.Setenv("AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING_V2", "")
+	for _, c := range []struct {
+		args     []string
+		elb, ec2 string
+	}{
+		{nil, "", ""},
+		{[]string{"--elbv2-endpoint=http://emulator:4000"}, "http://emulator:4000", "http://emulator:4000"},
+		{[]string{"--elbv2-endpoint=https://vpce-1.elasticloadbalancing.example", "--ec2-endpoint=https://vpce-2.ec2.example"},
+			"https://vpce-1.elasticloadbalancing.example", "https://vpce-2.ec2.example"},
+		{[]string{"--ec2-endpoint=https://vpce-2.ec2.example"}, "", "https://vpce-2.ec2.example"},
+	} {
+		elb, ec2, err := parsed(t, append(c.args, "--aws-region=eu-west-1")...).clients(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, got2 := aws.ToString(elb.Options().BaseEndpoint), aws.ToString(ec2.Options().BaseEndpoint); got != c.elb || got2 != c.ec2 {
+			t.Errorf("%q: ELBv2 at %q, EC2 at %q; want %q and %q", c.args, got, got2, c.elb, c.ec2)
+		}
+	}
+}
