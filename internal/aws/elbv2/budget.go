@@ -43,6 +43,39 @@ type budget struct {
 // the head.
 type ticket struct{ ready chan struct{} }
 
+// takeLow waits for a token as take does, but only while no caller of take
+// waits: the reads that tell who sends a group's traffic (node lists, a
+// group's attributes) serve early closes only, and must never hold back a
+// poll, which releases pods. It returns ctx's error if ctx ends first.
+func (b *budget) takeLow(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		idle := len(b.queue) == 0
+		var wait time.Duration
+		if idle {
+			var ok bool
+			if ok, wait = b.tryTakeLocked(time.Now()); ok {
+				b.mu.Unlock()
+				return nil
+			}
+		}
+		b.mu.Unlock()
+		// Look again after a token's refill time (at most a second):
+		// a poll that queues meanwhile goes first.
+		wait = min(max(wait, lowRecheck), time.Second)
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// lowRecheck is how often takeLow looks for an idle queue.
+const lowRecheck = 20 * time.Millisecond
+
 // epsilon absorbs float rounding when a timer fires exactly at the moment
 // the bucket reaches one token.
 const epsilon = 1e-9

@@ -127,3 +127,22 @@ func TestBudgetQueueIsFIFO(t *testing.T) {
 		t.Fatalf("served %v, want %v", got, want)
 	}
 }
+
+// TestTakeLowYieldsToPolls: a low-priority read (a node list) waiting for
+// a token gives it to a poll that comes to wait after it.
+func TestTakeLowYieldsToPolls(t *testing.T) {
+	for range 5 {
+		b := newBudget(20, 1, time.Now())
+		if err := b.take(context.Background()); err != nil { // the bucket is empty now
+			t.Fatal(err)
+		}
+		order := make(chan string, 2)
+		go func() { b.takeLow(context.Background()); order <- "low" }()
+		time.Sleep(5 * time.Millisecond) // the low read waits first
+		go func() { b.take(context.Background()); order <- "poll" }()
+		if first := <-order; first != "poll" {
+			t.Fatalf("%s took the token first, want the poll", first)
+		}
+		<-order
+	}
+}

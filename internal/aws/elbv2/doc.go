@@ -9,8 +9,10 @@
 // interfaces (EC2 DescribeNetworkInterfaces filtered on their description,
 // "ELB app/NAME/ID"), which traffic evidence needs before it may close a
 // route early. Cost: one EC2 call per load balancer per Config.NodesRefresh
-// (60 s) while a group behind it is watched, from the same budget, and one
-// DescribeTargetGroupAttributes per group behind an NLB, once (an NLB that
+// (60 s) while a group behind it is watched, from the same budget but only
+// when no poll waits for a token (a poll releases pods; a node list only
+// lets a route close early), and one DescribeTargetGroupAttributes per
+// group behind an NLB, once, likewise (an NLB that
 // passes its clients' addresses on has no list of senders). A list whose
 // refreshes fail is kept for 3 × NodesRefresh, then the senders are not
 // known. The permissions ec2:DescribeNetworkInterfaces and

@@ -103,7 +103,7 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 	if known {
 		return why, true
 	}
-	if now.Before(g.attrRetry) || p.budget.take(ctx) != nil {
+	if now.Before(g.attrRetry) || p.budget.takeLow(ctx) != nil {
 		return "", false
 	}
 	why, err := p.describeClientIP(ctx, g.arn)
@@ -275,7 +275,7 @@ func (p *Poller) describeNodes(ctx context.Context, lb, vpc string) ([]netip.Add
 		if page == maxNodePages {
 			return nil, fmt.Errorf("describe network interfaces of load balancer %s: more than %d pages", lb, maxNodePages)
 		}
-		if err := p.budget.take(ctx); err != nil {
+		if err := p.budget.takeLow(ctx); err != nil {
 			return nil, err
 		}
 		out, err := p.callNodes(ctx, in)
