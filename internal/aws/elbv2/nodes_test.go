@@ -1,14 +1,13 @@
 package elbv2
 
 import (
-	"bytes"
 	"context"
+	"draingate.dev/draingate/internal/testutil"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,25 +72,6 @@ func addrStrings(as []netip.Addr) []string {
 		out = append(out, a.String())
 	}
 	return out
-}
-
-// syncBuffer is a log sink the poller's goroutines write while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A watched group behind an ALB knows its senders: the addresses of its
@@ -191,7 +171,7 @@ func TestNodesDenied(t *testing.T) {
 	}
 	b.sim.DenyEC2(true)
 	var res results
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	p := New(b.client, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: b.sim.EC2Client(), Metrics: res.hook,
 		Log: slog.New(slog.NewTextHandler(&log, nil))})
 	w := p.Watch(b.arn)
@@ -377,7 +357,7 @@ func TestClientIPDenied(t *testing.T) {
 	b := newNodesBench(t, elbv2sim.TargetGroupSpec{Name: "db", LoadBalancerType: elbv2sim.Network, TargetType: elbv2sim.TargetTypeIP, Port: 5432}, "10.0.1.5")
 	api := &noAttributes{API: b.client}
 	var res results
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	p := New(api, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: b.sim.EC2Client(), Metrics: res.hook,
 		Log: slog.New(slog.NewTextHandler(&log, nil))})
 	defer p.Close()
