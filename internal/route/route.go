@@ -81,6 +81,10 @@ type Env struct {
 	Registry prometheus.Registerer
 	// Log receives what an operator should know.
 	Log *slog.Logger
+	// WeighTraffic is false when the server weighs no traffic evidence
+	// (--traffic-evidence=false): a kind then reads nothing that only
+	// evidence needs (a load balancer's senders).
+	WeighTraffic bool
 }
 
 // Host is what the server offers a source when starting it.

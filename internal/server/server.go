@@ -192,7 +192,7 @@ func New(o Options) (*Server, error) {
 // openRoutes opens every configured kind of route; a kind turned off
 // opens no source.
 func (s *Server) openRoutes(cs kubernetes.Interface) error {
-	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log}
+	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log, WeighTraffic: !s.o.IgnoreTraffic}
 	for _, k := range s.o.Routes {
 		src, err := k.Open(context.Background(), env)
 		if err != nil {

@@ -96,6 +96,11 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 	if err != nil {
 		return nil, err
 	}
+	if !env.WeighTraffic {
+		// The senders serve traffic evidence only: no node lists, no
+		// EC2 calls, the whole budget for target health.
+		ec2Client = nil
+	}
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "draingate_elbv2_calls_total",
 		Help: "AWS API calls made by this replica, by action and result (ok, throttled, denied, error): the ELBv2 ones and EC2's DescribeNetworkInterfaces, " +
@@ -112,7 +117,7 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 	}
 	env.Log.Info("target-group routes: waiting for TargetGroupBindings' target groups", "aws_rate", c.rate, "aws_burst", c.burst,
 		"poll_interval", c.pollInterval.String(), "lb_nodes_refresh", c.nodesRefresh.String())
-	if c.ec2Endpoint == "" && c.endpoint != "" {
+	if c.ec2Endpoint == "" && c.endpoint != "" && ec2Client != nil {
 		env.Log.Info("EC2 calls (the load balancers' nodes) go to --elbv2-endpoint, as no --ec2-endpoint is given", "endpoint", c.endpoint)
 	}
 	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log}), nil
