@@ -87,6 +87,12 @@ func bursts(rate float64, on time.Duration, pause func(*rand.Rand) func() time.D
 	}
 }
 
+func regularBursts(rate float64, on time.Duration, pause func(*rand.Rand) func() time.Duration) func(*rand.Rand, string, time.Time, time.Time) et.Stream {
+	return func(rng *rand.Rand, addr string, from, stop time.Time) et.Stream {
+		return et.RegularBursts(rng, addr, rate, 0.3, on, pause(rng), from, stop)
+	}
+}
+
 func expPauses(mean time.Duration) func(*rand.Rand) func() time.Duration {
 	return func(rng *rand.Rand) func() time.Duration { return et.Exponential(rng, mean) }
 }
@@ -138,6 +144,10 @@ var catalogue = []drainShape{
 	oneNode("bursts 20/s for 0.5s, Pareto pauses 1s", bursts(20, 500*time.Millisecond, paretoPauses(time.Second))),
 	oneNode("bursts 20/s for 0.5s, Pareto pauses 4s", bursts(20, 500*time.Millisecond, paretoPauses(4*time.Second))),
 	threeNodes("3 nodes, bursts 20/s for 0.5s, exp. pauses 1s", bursts(20, 500*time.Millisecond, expPauses(time.Second))),
+	oneNode("regular bursts 20/s for 1s, exp. pauses 2s", regularBursts(20, time.Second, expPauses(2*time.Second))),
+	{"regular bursts 5/s for 2s, exp. pauses 2s", "bursts that chain for over three times the bound, then a long pause: a watch of seconds cannot tell them from a steady source", oneNode("", regularBursts(5, 2*time.Second, expPauses(2*time.Second))).drain},
+	oneNode("regular bursts 10/s for 0.5s, Pareto pauses 1s", regularBursts(10, 500*time.Millisecond, paretoPauses(time.Second))),
+	threeNodes("3 nodes, regular bursts 20/s for 1s, exp. pauses 2s", regularBursts(20, time.Second, expPauses(2*time.Second))),
 	{"rate falls 10/s to 1.5/s over 5s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
 		// The fall starts at a moment of the watch, before or after the
 		// route goes out.
@@ -148,7 +158,7 @@ var catalogue = []drainShape{
 		}
 		return []et.Stream{et.From(et.Varying(rng, nodeAddr(0), rate, 10, start.Add(-stride), end), start)}, knownNodes(1)
 	}},
-	{"rate steps 10/s to 1.5/s", "a sudden fall looks like a stop for one gap", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
+	{"rate steps 10/s to 1.5/s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
 		// The rate falls at a moment of the watch, before or after the
 		// route goes out.
 		drop := start.Add(time.Duration(rng.Float64() * float64(end.Sub(start))))
@@ -159,6 +169,16 @@ var catalogue = []drainShape{
 			return 1.5
 		}
 		return []et.Stream{et.From(et.Varying(rng, nodeAddr(0), rate, 10, start.Add(-stride), end), start)}, knownNodes(1)
+	}},
+	{"round robin steps 7/s to 1.5/s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
+		drop := start.Add(time.Duration(rng.Float64() * float64(end.Sub(start))))
+		rate := func(t time.Time) float64 {
+			if t.Before(drop) {
+				return 7
+			}
+			return 1.5
+		}
+		return []et.Stream{et.From(et.RegularVarying(rng, nodeAddr(0), rate, 0.3, start.Add(-stride), end), start)}, knownNodes(1)
 	}},
 	busyThenGone("sparse late node (0.1/s, learns 15s late)", func(rng *rand.Rand, addr string, start, out time.Time) et.Stream {
 		return et.From(et.Poisson(rng, addr, 0.1, start.Add(-stride), out.Add(15*time.Second)), start)

@@ -53,7 +53,8 @@ func TestEvidenceNeverClosesARouteStillIn(t *testing.T) {
 func TestStaleEvidenceWaitsForTheAgent(t *testing.T) {
 	const tail = 20 * time.Second
 	rng := rand.New(rand.NewPCG(15, 16))
-	outSince := t0.Add(5 * time.Second)
+	// Watched long enough against its bound (the span rule) to close.
+	outSince := t0.Add(10 * time.Second)
 	s := steady(rng, outSince)
 	reported := et.Last(s).Add(100 * time.Millisecond)
 	p := Pod{Name: "p", Terminating: true, Traffic: report(reported, s)}

@@ -119,6 +119,25 @@ func Bursts(rng *rand.Rand, addr string, rate float64, on time.Duration, pause f
 	return s
 }
 
+// RegularBursts is a bursty source regular within its bursts: bursts of
+// `on` (exactly) at rate per second, each gap off by up to ±jitter of it,
+// separated by pauses drawn from pause: a batch client behind a load
+// balancer node's round robin, regular while it sends.
+func RegularBursts(rng *rand.Rand, addr string, rate, jitter float64, on time.Duration, pause func() time.Duration, start, stop time.Time) Stream {
+	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	per := float64(time.Second) / rate
+	for t := start.Add(-time.Duration(rng.Float64() * float64(on))); t.Before(stop); t = t.Add(pause()) {
+		end := t.Add(on)
+		for ; t.Before(end) && t.Before(stop); t = t.Add(time.Duration(per * (1 + jitter*(2*rng.Float64()-1)))) {
+			if !t.Before(start) {
+				s.Times = append(s.Times, t)
+			}
+		}
+		t = end
+	}
+	return s
+}
+
 // Exponential draws durations of the given mean, exponentially.
 func Exponential(rng *rand.Rand, mean time.Duration) func() time.Duration {
 	return func() time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
@@ -145,6 +164,17 @@ func Varying(rng *rand.Rand, addr string, rate func(time.Time) float64, peak flo
 			s.Times = append(s.Times, t)
 		}
 	}
+}
+
+// RegularVarying is a regular source (Regular) whose rate per second
+// changes with time (rate(t)), from start until stop.
+func RegularVarying(rng *rand.Rand, addr string, rate func(time.Time) float64, jitter float64, start, stop time.Time) Stream {
+	s := Stream{Addr: addr, Port: 8080, Class: evidence.ClassRemote}
+	for t := start.Add(time.Duration(rng.Float64() * float64(time.Second) / rate(start))); t.Before(stop); {
+		s.Times = append(s.Times, t)
+		t = t.Add(time.Duration(float64(time.Second) / rate(t) * (1 + jitter*(2*rng.Float64()-1))))
+	}
+	return s
 }
 
 // Merge is the streams' arrivals as one source's (addr's): a load
