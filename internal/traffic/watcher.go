@@ -515,7 +515,10 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 		return nil
 	}
 	age := func(t time.Time) time.Duration { return min(max(now.Sub(t), 0), maxAge) }
-	t := &api.Traffic{Watched: age(w.start)}
+	// An ask may read its clock just before a sample takes the lock:
+	// the watch still covers that sample's look (else Every, from the
+	// looks, could exceed Watched, and the server refuse the summary).
+	t := &api.Traffic{Watched: max(age(w.start), min(w.last.Sub(w.start), maxAge))}
 	if w.looks > 1 {
 		t.Every = w.last.Sub(w.start) / time.Duration(w.looks-1)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"net/url"
 	"reflect"
 	"sync"
 	"testing"
@@ -553,6 +554,30 @@ func TestWatcherSummariesAlwaysParse(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// An ask whose clock was read just before the latest sample (the sampler
+// took the lock first) still sends a summary the server accepts: the
+// watch covers every look, however early the ask's now.
+func TestWatcherSummaryAskedBeforeTheLatestSample(t *testing.T) {
+	w, sc := newScripted(8080)
+	sample(t, w, 0)
+	sc.conns(inbound(1, "10.0.0.1:5000", 8080, 100, 10*time.Millisecond))
+	sample(t, w, 1)
+	s := w.Summary(at(1).Add(-50 * time.Millisecond))
+	if s == nil {
+		t.Fatal("no summary")
+	}
+	if s.Every > s.Watched {
+		t.Errorf("every %v longer than the watch %v", s.Every, s.Watched)
+	}
+	u, err := url.Parse(api.DrainRequest{Namespace: "ns", Pod: "p", Traffic: s}.URL("http://gate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.ParseDrainRequest("GET", u); err != nil {
+		t.Errorf("the server refuses the summary: %v", err)
 	}
 }
 
