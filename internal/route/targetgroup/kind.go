@@ -96,11 +96,6 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 	if err != nil {
 		return nil, err
 	}
-	if !env.WeighTraffic {
-		// The senders serve traffic evidence only: no node lists, no
-		// EC2 calls, the whole budget for target health.
-		ec2Client = nil
-	}
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "draingate_elbv2_calls_total",
 		Help: "AWS API calls made by this replica, by action and result (ok, throttled, denied, error): the ELBv2 ones and EC2's DescribeNetworkInterfaces, " +
@@ -110,17 +105,29 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 		return nil, fmt.Errorf("target-group metrics: %w", err)
 	}
 	poller := elbv2.New(client, elbv2.Config{Rate: c.rate, Burst: c.burst, Interval: c.pollInterval,
-		EC2: ec2Client, NodesRefresh: c.nodesRefresh, Log: env.Log,
+		EC2: nodeReader(env.WeighTraffic, ec2Client), NodesRefresh: c.nodesRefresh, Log: env.Log,
 		Metrics: func(action, result string) { calls.WithLabelValues(action, result).Inc() }})
 	if err := env.Registry.Register(sendersGauge{poller}); err != nil {
 		return nil, fmt.Errorf("target-group metrics: %w", err)
 	}
 	env.Log.Info("target-group routes: waiting for TargetGroupBindings' target groups", "aws_rate", c.rate, "aws_burst", c.burst,
 		"poll_interval", c.pollInterval.String(), "lb_nodes_refresh", c.nodesRefresh.String())
-	if c.ec2Endpoint == "" && c.endpoint != "" && ec2Client != nil {
+	if c.ec2Endpoint == "" && c.endpoint != "" && env.WeighTraffic {
 		env.Log.Info("EC2 calls (the load balancers' nodes) go to --elbv2-endpoint, as no --ec2-endpoint is given", "endpoint", c.endpoint)
 	}
 	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log}), nil
+}
+
+// nodeReader is what reads the load balancers' nodes: the EC2 client, or
+// none when no traffic evidence is weighed (the senders serve evidence
+// only: no node lists, no EC2 calls, the whole budget for target health).
+// None is a nil interface, never an interface holding a nil client, which
+// the poller would call.
+func nodeReader(weigh bool, c *ec2.Client) elbv2.EC2API {
+	if !weigh || c == nil {
+		return nil
+	}
+	return c
 }
 
 // clients makes the ELBv2 and EC2 clients from the SDK's shared

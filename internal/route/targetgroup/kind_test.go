@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
 
 func parsed(t *testing.T, args ...string) *Config {
@@ -59,5 +60,22 @@ func TestEC2Endpoint(t *testing.T) {
 		if got, got2 := aws.ToString(elb.Options().BaseEndpoint), aws.ToString(ec2.Options().BaseEndpoint); got != c.elb || got2 != c.ec2 {
 			t.Errorf("%q: ELBv2 at %q, EC2 at %q; want %q and %q", c.args, got, got2, c.elb, c.ec2)
 		}
+	}
+}
+
+// Without traffic evidence the poller gets no EC2 reader at all: a nil
+// interface, which it checks for, not one holding a nil client, which it
+// would call (the server panicked at the first node list so, and every
+// webhook call failed open).
+func TestNodeReader(t *testing.T) {
+	c := ec2.New(ec2.Options{Region: "eu-west-1"})
+	if r := nodeReader(false, c); r != nil {
+		t.Errorf("evidence off: a reader %T, want none", r)
+	}
+	if r := nodeReader(true, nil); r != nil {
+		t.Errorf("no client: a reader %T, want none", r)
+	}
+	if r := nodeReader(true, c); r == nil {
+		t.Error("evidence on: no reader")
 	}
 }
