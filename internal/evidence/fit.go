@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The arrival model (see Fit and the README's "Traffic evidence"):
+// The arrival model (see Fit, and docs/evidence.md):
 const (
 	// MinArrivals is the fewest arrivals a source needs for a rate fit;
 	// with fewer it gives no evidence and the route's tail applies.
