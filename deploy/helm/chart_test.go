@@ -1255,3 +1255,37 @@ func TestValuesCommented(t *testing.T) {
 		t.Errorf("walked only %d values", count)
 	}
 }
+
+// TestSchemaRefusesBadValues: values.schema.json refuses, before any
+// template runs, a misspelt key, a value of the wrong type, a duration
+// without its unit, a chance out of range and a choice not offered, each
+// with a message naming the value's place; good values render (every
+// other test renders them).
+func TestSchemaRefusesBadValues(t *testing.T) {
+	for _, c := range []struct{ values, kind, place string }{
+		{"replicas: 3", "a misspelt key", "replicas"},
+		{"trafficEvidence: {enabld: false}", "a misspelt nested key", "enabld"},
+		{"replicaCount: two", "the wrong type", "/replicaCount"},
+		{"networkPolicy: {waitApiFromCIDRs: 10.0.0.0/8}", "a string for a list", "/networkPolicy/waitApiFromCIDRs"},
+		{"tails: {alb: 20}", "a duration without its unit", "/tails/alb"},
+		{"agent: {maxWait: 90 seconds}", "a duration Go cannot read", "/agent/maxWait"},
+		{"trafficEvidence: {epsilon: 2}", "a chance above 1", "/trafficEvidence/epsilon"},
+		{"waitApiSources: everyone", "a choice not offered", "/waitApiSources"},
+		{"ports: {http: 70000}", "a port out of range", "/ports/http"},
+	} {
+		_, err := renderChart(t, release, c.values)
+		if err == nil {
+			t.Errorf("%s (%s): rendered, want an error", c.values, c.kind)
+			continue
+		}
+		if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.place) {
+			t.Errorf("%s (%s): error %q does not come from the schema naming %q", c.values, c.kind, err, c.place)
+		}
+	}
+	// Quoted numbers and durations as the lab scales them still pass.
+	for _, good := range []string{"aws: {rate: '0.25'}", "tails: {alb: 8s, nlb: 2m0s}", "maxWait: 12.5s", "trafficEvidence: {epsilon: 1e-3}"} {
+		if _, err := renderChart(t, release, good); err != nil {
+			t.Errorf("%s: %v", good, err)
+		}
+	}
+}
