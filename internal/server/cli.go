@@ -38,7 +38,7 @@ type serveFlags struct {
 	kubeQPS                           float64
 	kubeBurst                         int
 	maxWait, reserve                  time.Duration
-	logFormat                         string
+	logFormat, logLevel               string
 	trafficEvidence, profiling        bool
 	trafficEpsilon                    float64
 	waitAPISources                    string
@@ -75,6 +75,7 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "the least important log lines written: debug, info, warn or error")
 	fs.BoolVar(&f.profiling, "profiling", false, "also serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on --metrics-listen, for diagnosing memory or CPU; they reveal the process's internals, so keep that port private")
 
 	fs.StringVar(&f.webhookListen, "webhook-listen", "", "address of the pod-injection admission webhook (TLS); empty: no webhook")
@@ -128,6 +129,9 @@ func (f *serveFlags) validate() error {
 	if f.logFormat != "text" && f.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", f.logFormat))
 	}
+	if _, err := logLevel(f.logLevel); err != nil {
+		errs = append(errs, err)
+	}
 	if _, _, err := f.installerSettings(); err != nil {
 		errs = append(errs, err)
 	}
@@ -167,14 +171,31 @@ const usage = `usage:
       print the version
 `
 
+// logLevel reads --log-level.
+func logLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", s)
+}
+
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	f, code := parseServe(args, getenv, stderr)
 	if f == nil {
 		return code
 	}
-	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
+	level, _ := logLevel(f.logLevel) // validated
+	hopts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
 	if f.logFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, nil)
+		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	log := slog.New(handler)
 	o, err := f.options(getenv, log)
