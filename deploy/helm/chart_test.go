@@ -528,6 +528,15 @@ func TestDeploymentShape(t *testing.T) {
 	if term.TopologyKey != corev1.LabelHostname || !ts.Matches(podLabels) {
 		t.Errorf("anti-affinity on %s with %s, want kubernetes.io/hostname matching its own pods", term.TopologyKey, ts)
 	}
+	// And over zones, where the scheduler can (never blocking it).
+	if tsc := d.Spec.Template.Spec.TopologySpreadConstraints; len(tsc) != 1 || tsc[0].TopologyKey != corev1.LabelTopologyZone ||
+		tsc[0].MaxSkew != 1 || tsc[0].WhenUnsatisfiable != corev1.ScheduleAnyway || !selects(t, tsc[0].LabelSelector, podLabels) {
+		t.Errorf("topology spread %+v, want one ScheduleAnyway zone spread of its own pods", tsc)
+	}
+	spread, _ := serverContainer(t, mustRender(t, "topologySpreadConstraints: [{maxSkew: 2, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]"))
+	if tsc := spread.Spec.Template.Spec.TopologySpreadConstraints; len(tsc) != 1 || tsc[0].TopologyKey != corev1.LabelHostname || tsc[0].MaxSkew != 2 {
+		t.Errorf("topologySpreadConstraints value: %+v, want it instead of the default", tsc)
+	}
 	custom, _ := serverContainer(t, mustRender(t, "affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: a, operator: Exists}]}]}}}"))
 	if a := custom.Spec.Template.Spec.Affinity; a.NodeAffinity == nil || a.PodAntiAffinity != nil {
 		t.Errorf("affinity value %+v, want it instead of the default", a)
@@ -1291,4 +1300,14 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 			t.Errorf("%s: %v", good, err)
 		}
 	}
+}
+
+// selects says whether the label selector matches labels.
+func selects(t *testing.T, sel *metav1.LabelSelector, l map[string]string) bool {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !s.Empty() && s.Matches(labels.Set(l))
 }
