@@ -1311,3 +1311,21 @@ func selects(t *testing.T, sel *metav1.LabelSelector, l map[string]string) bool 
 	}
 	return !s.Empty() && s.Matches(labels.Set(l))
 }
+
+// hostNetwork puts the server on its node's network, with the DNS policy
+// that still resolves cluster names, and its ports where ports.* say
+// (the node's then); off by default.
+func TestHostNetwork(t *testing.T) {
+	d, _ := serverContainer(t, mustRender(t, ""))
+	if d.Spec.Template.Spec.HostNetwork {
+		t.Error("hostNetwork on by default")
+	}
+	d, c := serverContainer(t, mustRender(t, "hostNetwork: true\nports: {http: 18080, metrics: 19090, webhook: 19443}"))
+	if s := d.Spec.Template.Spec; !s.HostNetwork || s.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork %v, dnsPolicy %q; want true and %q", s.HostNetwork, s.DNSPolicy, corev1.DNSClusterFirstWithHostNet)
+	}
+	flags := flagsOf(t, c.Args)
+	if flags["listen"] != ":18080" || flags["metrics-listen"] != ":19090" || flags["webhook-listen"] != ":19443" {
+		t.Errorf("listen %q, metrics %q, webhook %q; want the ports given", flags["listen"], flags["metrics-listen"], flags["webhook-listen"])
+	}
+}
