@@ -1329,3 +1329,20 @@ func TestHostNetwork(t *testing.T) {
 		t.Errorf("listen %q, metrics %q, webhook %q; want the ports given", flags["listen"], flags["metrics-listen"], flags["webhook-listen"])
 	}
 }
+
+// A digest pins an image by content and wins over its tag, for the server
+// and for the agent injected into every opted-in pod.
+func TestImageDigests(t *testing.T) {
+	const sum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	_, c := serverContainer(t, mustRender(t, "image: {repository: registry.example/draingate, tag: v2, digest: "+sum+"}\n"+
+		"agent: {image: {repository: registry.example/dg-agent, tag: v2, digest: "+sum+"}}"))
+	if c.Image != "registry.example/draingate@"+sum {
+		t.Errorf("server image %s, want it by digest", c.Image)
+	}
+	if got := flagsOf(t, c.Args)["agent-image"]; got != "registry.example/dg-agent@"+sum {
+		t.Errorf("--agent-image=%s, want it by digest", got)
+	}
+	if _, err := renderChart(t, release, "agent: {image: {digest: latest}}"); err == nil || !strings.Contains(err.Error(), "/agent/image/digest") {
+		t.Errorf("a digest that is no sha256 sum: %v, want the schema to refuse it", err)
+	}
+}

@@ -51,12 +51,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* An image by digest when one is given (it wins over the tag), else by tag. */}}
 {{- define "draingate.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{- define "draingate.agentImage" -}}
+{{- if .Values.agent.image.digest }}
+{{- printf "%s@%s" .Values.agent.image.repository .Values.agent.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.agent.image.repository (default .Chart.AppVersion .Values.agent.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* The URL injected agents ask: agent.server, else this release's Service. */}}
