@@ -36,9 +36,10 @@ images:
 
 ## chart: the Helm chart packaged as out/draingate-<chart version>.tgz (appVersion $(VERSION), the
 ## images' default tag); IMAGES=registry/prefix sets its default image repositories (where
-## make images PUSH=… pushed them); PUSH=oci://registry/prefix pushes the package
+## make images PUSH=… pushed them); PUSH=oci://registry/prefix pushes the package; the images
+## make images built (out/images) are pinned by digest (image.digest, agent.image.digest)
 chart:
-	$(GO) run ./cmd/draingate-release chart --out out --version $(VERSION) $(if $(IMAGES),--images $(IMAGES)) $(if $(PUSH),--push $(PUSH))
+	$(GO) run ./cmd/draingate-release chart --out out --version $(VERSION) --digests-from out/images $(if $(IMAGES),--images $(IMAGES)) $(if $(PUSH),--push $(PUSH))
 
 cluster-up: deps tools
 	$(GO) run ./cmd/draingate-cluster up

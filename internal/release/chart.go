@@ -2,12 +2,17 @@ package release
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/registry"
@@ -34,14 +39,21 @@ func ChartVersion(v string) string {
 // in values.yaml (the lab's local images).
 var defaultRepository = regexp.MustCompile(`(?m)^(\s*repository: )draingate\.local/(draingate(?:-prestop)?)[ \t]*$`)
 
+// defaultDigest matches the chart's two empty image digests in values.yaml:
+// image.digest (indented 2) and agent.image.digest (indented 4).
+var defaultDigest = regexp.MustCompile(`(?m)^(  |    )digest: ""[ \t]*$`)
+
 // Chart packages deploy/helm/draingate as Out/draingate-<chart
 // version>.tgz: Chart.yaml's appVersion is o.Version (so the images'
 // default tag is the release's), its version ChartVersion(o.Version); with
 // imagePrefix, the default image repositories become
 // <imagePrefix>/draingate and <imagePrefix>/draingate-prestop (values.yaml
-// keeps its comments). Every file is stamped with o.Created, so the same
-// inputs give the same bytes. It returns the package's path.
-func Chart(o Options, imagePrefix string) (string, error) {
+// keeps its comments); with digests (the images' index digests by name,
+// "draingate" and "draingate-prestop", as LayoutDigests reads them), the
+// default image.digest and agent.image.digest pin those images by content.
+// Every file is stamped with o.Created, so the same inputs give the same
+// bytes. It returns the package's path.
+func Chart(o Options, imagePrefix string, digests map[string]string) (string, error) {
 	ch, err := chart.Load()
 	if err != nil {
 		return "", err
@@ -72,6 +84,11 @@ func Chart(o Options, imagePrefix string) (string, error) {
 		}
 		image["repository"] = imagePrefix + "/draingate"
 		agentImage["repository"] = imagePrefix + "/draingate-prestop"
+	}
+	if len(digests) > 0 {
+		if err := pinDigests(ch, digests); err != nil {
+			return "", err
+		}
 	}
 	ch.ModTime = o.Created
 	ch.SchemaModTime = o.Created
@@ -123,3 +140,62 @@ func PushChart(path, prefix string) (string, error) {
 	}
 	return res.Ref + "@" + res.Manifest.Digest, nil
 }
+
+// pinDigests sets the chart's default image.digest and agent.image.digest
+// to digests["draingate"] and digests["draingate-prestop"], in values.yaml
+// (its comments kept) and in the loaded values.
+func pinDigests(ch *chartv2.Chart, digests map[string]string) error {
+	server, agent := digests["draingate"], digests["draingate-prestop"]
+	if server == "" || agent == "" {
+		return fmt.Errorf("chart: digests of both images needed (draingate, draingate-prestop), got %v", digests)
+	}
+	for _, f := range ch.Raw {
+		if f.Name != chartutil.ValuesfileName {
+			continue
+		}
+		if n := len(defaultDigest.FindAllIndex(f.Data, -1)); n != 2 {
+			return fmt.Errorf("chart: values.yaml has %d empty image digests, want 2: update release.defaultDigest", n)
+		}
+		f.Data = defaultDigest.ReplaceAllFunc(f.Data, func(line []byte) []byte {
+			d := server
+			if strings.HasPrefix(string(line), "    ") {
+				d = agent
+			}
+			return []byte(strings.Replace(string(line), `""`, strconv.Quote(d), 1))
+		})
+	}
+	image, _ := ch.Values["image"].(map[string]any)
+	agentValues, _ := ch.Values["agent"].(map[string]any)
+	agentImage, _ := agentValues["image"].(map[string]any)
+	if image == nil || agentImage == nil {
+		return fmt.Errorf("chart: values image or agent.image missing")
+	}
+	image["digest"], agentImage["digest"] = server, agent
+	return nil
+}
+
+// LayoutDigests reads, from dir (make images' output), the index digest
+// of each image's OCI layout (dir/draingate, dir/draingate-prestop): what
+// a push of them publishes. ok is false when either layout is missing.
+func LayoutDigests(dir string) (digests map[string]string, ok bool, err error) {
+	digests = map[string]string{}
+	for _, name := range []string{"draingate", "draingate-prestop"} {
+		b, err := os.ReadFile(filepath.Join(dir, name, "index.json"))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		var idx struct {
+			Manifests []struct{ Digest string } `json:"manifests"`
+		}
+		if err := json.Unmarshal(b, &idx); err != nil || len(idx.Manifests) != 1 || !digestRE.MatchString(idx.Manifests[0].Digest) {
+			return nil, false, fmt.Errorf("%s: not an OCI layout of one image index (%v)", filepath.Join(dir, name), err)
+		}
+		digests[name] = idx.Manifests[0].Digest
+	}
+	return digests, true, nil
+}
+
+var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)

@@ -100,12 +100,26 @@ func chartCmd(ctx context.Context, args []string, getenv func(string) string, st
 	ver := fs.String("version", "", "the release's version: the chart's appVersion and, as SemVer, its version (default: git describe --tags --always --dirty)")
 	images := fs.String("images", "", "registry/prefix the images were pushed to (make images PUSH=…): the chart's default image repositories; empty: keep the chart's")
 	push := fs.String("push", "", "oci://registry/prefix to push the chart to; empty: package only")
+	from := fs.String("digests-from", "", "folder of make images' OCI layouts (out/images): the chart's default image digests pin those images by content; empty, or the layouts absent: by tag only")
 	o, code := setup(ctx, fs, args, getenv, stderr, ver)
 	if code >= 0 {
 		return code
 	}
 	o.Out = *out
-	path, err := Chart(o, *images)
+	var digests map[string]string
+	if *from != "" {
+		d, ok, err := LayoutDigests(*from)
+		if err != nil {
+			fmt.Fprintln(stderr, "draingate-release chart:", err)
+			return 1
+		}
+		if ok {
+			digests = d
+		} else {
+			fmt.Fprintf(stderr, "draingate-release chart: no image layouts in %s (run make images first to pin digests): images by tag only\n", *from)
+		}
+	}
+	path, err := Chart(o, *images, digests)
 	if err != nil {
 		fmt.Fprintln(stderr, "draingate-release chart:", err)
 		return 1
