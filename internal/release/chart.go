@@ -2,7 +2,6 @@ package release
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
@@ -176,26 +176,31 @@ func pinDigests(ch *chartv2.Chart, digests map[string]string) error {
 
 // LayoutDigests reads, from dir (make images' output), the index digest
 // of each image's OCI layout (dir/draingate, dir/draingate-prestop): what
-// a push of them publishes. ok is false when either layout is missing.
-func LayoutDigests(dir string) (digests map[string]string, ok bool, err error) {
+// a push of them publishes. ok is false when either layout is missing; a
+// layout built for another version than version (its ref name) is an
+// error: pinning it would install older images than the chart's tag says.
+func LayoutDigests(dir, version string) (digests map[string]string, ok bool, err error) {
 	digests = map[string]string{}
 	for _, name := range []string{"draingate", "draingate-prestop"} {
-		b, err := os.ReadFile(filepath.Join(dir, name, "index.json"))
-		if errors.Is(err, os.ErrNotExist) {
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(filepath.Join(path, "index.json")); errors.Is(err, os.ErrNotExist) {
 			return nil, false, nil
 		}
+		top, err := layout.ImageIndexFromPath(path)
 		if err != nil {
 			return nil, false, err
 		}
-		var idx struct {
-			Manifests []struct{ Digest string } `json:"manifests"`
+		m, err := top.IndexManifest()
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, err)
 		}
-		if err := json.Unmarshal(b, &idx); err != nil || len(idx.Manifests) != 1 || !digestRE.MatchString(idx.Manifests[0].Digest) {
-			return nil, false, fmt.Errorf("%s: not an OCI layout of one image index (%v)", filepath.Join(dir, name), err)
+		if len(m.Manifests) != 1 {
+			return nil, false, fmt.Errorf("%s: %d images, want the one make images writes", path, len(m.Manifests))
 		}
-		digests[name] = idx.Manifests[0].Digest
+		if built := m.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; built != version {
+			return nil, false, fmt.Errorf("%s was built for version %q, not %q: run make images VERSION=%s first (or remove %s to pin no digests)", path, built, version, version, dir)
+		}
+		digests[name] = m.Manifests[0].Digest.String()
 	}
 	return digests, true, nil
 }
-
-var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 
 	"draingate.dev/draingate/internal/chart"
+	"draingate.dev/draingate/internal/image"
 )
 
 func TestChartVersion(t *testing.T) {
@@ -61,22 +64,8 @@ func TestChartPackage(t *testing.T) {
 	if ch.Metadata.Version != "1.2.3" || ch.Metadata.AppVersion != "v1.2.3" {
 		t.Errorf("Chart.yaml version %q appVersion %q", ch.Metadata.Version, ch.Metadata.AppVersion)
 	}
-	for _, f := range ch.Raw {
-		if f.Name == "values.yaml" && (!strings.Contains(string(f.Data), "# image.repository: the gate server image") ||
-			!strings.Contains(string(f.Data), "repository: ghcr.io/acme/draingate-prestop\n")) {
-			t.Errorf("values.yaml lost its comments or kept the local images:\n%s", f.Data)
-		}
-	}
-	files, err := chart.RenderChart(ch, "draingate-system", "draingate", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dep := files["draingate/templates/deployment.yaml"]
-	for _, want := range []string{`image: "ghcr.io/acme/draingate:v1.2.3"`, `--agent-image=ghcr.io/acme/draingate-prestop:v1.2.3`} {
-		if !strings.Contains(dep, want) {
-			t.Errorf("rendered deployment lacks %s:\n%s", want, dep)
-		}
-	}
+	checkPackage(t, ch, []string{"# image.repository: the gate server image", "repository: ghcr.io/acme/draingate-prestop\n"},
+		[]string{`image: "ghcr.io/acme/draingate:v1.2.3"`, `--agent-image=ghcr.io/acme/draingate-prestop:v1.2.3`})
 	if _, err := Chart(Options{Version: "v1", Out: t.TempDir()}, "", nil); err != nil {
 		t.Errorf("without an image prefix: %v", err)
 	}
@@ -87,24 +76,30 @@ func TestChartPackage(t *testing.T) {
 // comments; without the layouts, by tag only.
 func TestChartPinsDigests(t *testing.T) {
 	dir := t.TempDir()
-	if _, ok, err := LayoutDigests(dir); ok || err != nil {
+	if _, ok, err := LayoutDigests(dir, "v1.2.3"); ok || err != nil {
 		t.Fatalf("no layouts: ok %v, %v; want not ok and no error", ok, err)
 	}
-	// What make images leaves: per image an OCI layout whose index.json
-	// lists its one image index.
+	// What make images leaves: per image an OCI layout of its index, named
+	// by the version.
 	want := map[string]string{}
-	for i, name := range []string{"draingate", "draingate-prestop"} {
-		want[name] = "sha256:" + strings.Repeat(string(rune('a'+i)), 64)
-		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+	for _, name := range []string{"draingate", "draingate-prestop"} {
+		idx, err := random.Index(64, 1, 1)
+		if err != nil {
 			t.Fatal(err)
 		}
-		index := `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","size":1,"digest":"` +
-			want[name] + `","annotations":{"org.opencontainers.image.ref.name":"v1.2.3"}}]}`
-		if err := os.WriteFile(filepath.Join(dir, name, "index.json"), []byte(index), 0o644); err != nil {
+		if err := image.WriteLayout(filepath.Join(dir, name), "v1.2.3", idx); err != nil {
 			t.Fatal(err)
 		}
+		d, err := idx.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = d.String()
 	}
-	got, ok, err := LayoutDigests(dir)
+	if _, _, err := LayoutDigests(dir, "v1.3.0"); err == nil || !strings.Contains(err.Error(), `built for version "v1.2.3", not "v1.3.0"`) {
+		t.Errorf("layouts of another version: %v, want an error saying so", err)
+	}
+	got, ok, err := LayoutDigests(dir, "v1.2.3")
 	if err != nil || !ok || got["draingate"] != want["draingate"] || got["draingate-prestop"] != want["draingate-prestop"] {
 		t.Fatalf("LayoutDigests = %v, %v, %v; want %v", got, ok, err, want)
 	}
@@ -112,19 +107,26 @@ func TestChartPinsDigests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(path)
+	ch, err := loader.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, err := loader.LoadArchive(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkPackage(t, ch, []string{`  digest: "` + want["draingate"] + "\"\n", `    digest: "` + want["draingate-prestop"] + "\"\n", "# image.digest: sha256:"},
+		[]string{`image: "ghcr.io/acme/draingate@` + want["draingate"] + `"`, `--agent-image=ghcr.io/acme/draingate-prestop@` + want["draingate-prestop"]})
+}
+
+// checkPackage checks a packaged chart: its values.yaml holds each of
+// values (comments kept), and its rendered Deployment each of deployment.
+func checkPackage(t *testing.T, ch *chartv2.Chart, values, deployment []string) {
+	t.Helper()
 	for _, f := range ch.Raw {
-		if f.Name == "values.yaml" && (!strings.Contains(string(f.Data), "  digest: \""+want["draingate"]+"\"\n") ||
-			!strings.Contains(string(f.Data), "    digest: \""+want["draingate-prestop"]+"\"\n") ||
-			!strings.Contains(string(f.Data), "# image.digest: sha256:")) {
-			t.Errorf("values.yaml does not pin the digests or lost its comments:\n%s", f.Data)
+		if f.Name != "values.yaml" {
+			continue
+		}
+		for _, w := range values {
+			if !strings.Contains(string(f.Data), w) {
+				t.Errorf("values.yaml lacks %q:\n%s", w, f.Data)
+			}
 		}
 	}
 	files, err := chart.RenderChart(ch, "draingate-system", "draingate", nil, "")
@@ -132,9 +134,9 @@ func TestChartPinsDigests(t *testing.T) {
 		t.Fatal(err)
 	}
 	dep := files["draingate/templates/deployment.yaml"]
-	for _, w := range []string{`image: "ghcr.io/acme/draingate@` + want["draingate"] + `"`, `--agent-image=ghcr.io/acme/draingate-prestop@` + want["draingate-prestop"]} {
+	for _, w := range deployment {
 		if !strings.Contains(dep, w) {
-			t.Errorf("rendered deployment lacks %s", w)
+			t.Errorf("rendered deployment lacks %s:\n%s", w, dep)
 		}
 	}
 }

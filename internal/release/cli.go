@@ -108,7 +108,7 @@ func chartCmd(ctx context.Context, args []string, getenv func(string) string, st
 	o.Out = *out
 	var digests map[string]string
 	if *from != "" {
-		d, ok, err := LayoutDigests(*from)
+		d, ok, err := LayoutDigests(*from, o.Version)
 		if err != nil {
 			fmt.Fprintln(stderr, "draingate-release chart:", err)
 			return 1
