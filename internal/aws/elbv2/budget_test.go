@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -128,21 +129,23 @@ func TestBudgetQueueIsFIFO(t *testing.T) {
 	}
 }
 
-// TestTakeLowYieldsToPolls: a low-priority read (a node list) waiting for
-// a token gives it to a poll that comes to wait after it.
+// TestTakeLowYieldsToPolls: a low-priority read (a node list) never takes
+// a token while a poll waits in the queue, even one the bucket has for
+// it, and takes one once the queue is empty.
 func TestTakeLowYieldsToPolls(t *testing.T) {
-	for range 5 {
-		b := newBudget(20, 1, time.Now())
-		if err := b.take(context.Background()); err != nil { // the bucket is empty now
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		b := newBudget(20, 1, time.Now()) // one token in the bucket
+		poll := b.enqueue()               // a poll at the head, about to take it
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := b.takeLow(ctx); err == nil {
+			t.Fatal("the low read took a token while a poll waited")
 		}
-		order := make(chan string, 2)
-		go func() { b.takeLow(context.Background()); order <- "low" }()
-		time.Sleep(5 * time.Millisecond) // the low read waits first
-		go func() { b.take(context.Background()); order <- "poll" }()
-		if first := <-order; first != "poll" {
-			t.Fatalf("%s took the token first, want the poll", first)
+		if err := b.wait(context.Background(), poll); err != nil {
+			t.Fatalf("the poll: %v", err)
 		}
-		<-order
-	}
+		if err := b.takeLow(context.Background()); err != nil {
+			t.Fatalf("the low read, the queue empty: %v", err)
+		}
+	})
 }

@@ -2,7 +2,6 @@ package elbv2
 
 import (
 	"context"
-	"draingate.dev/draingate/internal/testutil"
 	"errors"
 	"log/slog"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"draingate.dev/draingate/internal/sim/elbv2sim"
+	"draingate.dev/draingate/internal/testutil"
 )
 
 // nodesBench is the emulator with a group whose load balancer has nodes.
