@@ -115,6 +115,22 @@ func busyThenGone(name string, third func(rng *rand.Rand, addr string, start, ou
 	}}
 }
 
+// step is a shape of one node whose rate falls from high to 1.5/s at once,
+// at a moment of the watch, before or after the route goes out; gen makes
+// its arrivals at the rate given.
+func step(name string, gen func(rng *rand.Rand, rate func(time.Time) float64, from, stop time.Time) et.Stream, high float64) drainShape {
+	return drainShape{name, "", func(rng *rand.Rand, start, _, end time.Time) ([]et.Stream, evidence.Senders) {
+		drop := start.Add(time.Duration(rng.Float64() * float64(end.Sub(start))))
+		rate := func(t time.Time) float64 {
+			if t.Before(drop) {
+				return high
+			}
+			return 1.5
+		}
+		return []et.Stream{et.From(gen(rng, rate, start.Add(-stride), end), start)}, knownNodes(1)
+	}}
+}
+
 // catalogue is the traffic shapes the evidence is held to: a false quiet
 // (the route closing while a sender still sends) at most ε in each.
 var catalogue = []drainShape{
@@ -158,28 +174,12 @@ var catalogue = []drainShape{
 		}
 		return []et.Stream{et.From(et.Varying(rng, nodeAddr(0), rate, 10, start.Add(-stride), end), start)}, knownNodes(1)
 	}},
-	{"rate steps 10/s to 1.5/s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
-		// The rate falls at a moment of the watch, before or after the
-		// route goes out.
-		drop := start.Add(time.Duration(rng.Float64() * float64(end.Sub(start))))
-		rate := func(t time.Time) float64 {
-			if t.Before(drop) {
-				return 10
-			}
-			return 1.5
-		}
-		return []et.Stream{et.From(et.Varying(rng, nodeAddr(0), rate, 10, start.Add(-stride), end), start)}, knownNodes(1)
-	}},
-	{"round robin steps 7/s to 1.5/s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
-		drop := start.Add(time.Duration(rng.Float64() * float64(end.Sub(start))))
-		rate := func(t time.Time) float64 {
-			if t.Before(drop) {
-				return 7
-			}
-			return 1.5
-		}
-		return []et.Stream{et.From(et.RegularVarying(rng, nodeAddr(0), rate, 0.3, start.Add(-stride), end), start)}, knownNodes(1)
-	}},
+	step("rate steps 10/s to 1.5/s", func(rng *rand.Rand, rate func(time.Time) float64, from, stop time.Time) et.Stream {
+		return et.Varying(rng, nodeAddr(0), rate, 10, from, stop)
+	}, 10),
+	step("round robin steps 7/s to 1.5/s", func(rng *rand.Rand, rate func(time.Time) float64, from, stop time.Time) et.Stream {
+		return et.RegularVarying(rng, nodeAddr(0), rate, 0.3, from, stop)
+	}, 7),
 	busyThenGone("sparse late node (0.1/s, learns 15s late)", func(rng *rand.Rand, addr string, start, out time.Time) et.Stream {
 		return et.From(et.Poisson(rng, addr, 0.1, start.Add(-stride), out.Add(15*time.Second)), start)
 	}),

@@ -171,19 +171,13 @@ const usage = `usage:
       print the version
 `
 
-// logLevel reads --log-level.
+// logLevel reads --log-level: one of slog's level names.
 func logLevel(s string) (slog.Level, error) {
-	switch s {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "error":
-		return slog.LevelError, nil
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil || strings.ContainsAny(s, "+-") {
+		return 0, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", s)
 	}
-	return 0, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", s)
+	return l, nil
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {

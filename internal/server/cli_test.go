@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,19 @@ func TestGCTarget(t *testing.T) {
 	}
 	if gc, apply := gcTarget(func(k string) string { return map[string]string{"GOGC": "off"}[k] }); gc != "off" || apply {
 		t.Errorf("GOGC=off: %q, apply %v; want the environment's, left to the runtime", gc, apply)
+	}
+}
+
+// --log-level takes slog's four level names, nothing else.
+func TestLogLevel(t *testing.T) {
+	for s, want := range map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError} {
+		if l, err := logLevel(s); err != nil || l != want {
+			t.Errorf("%s: %v, %v; want %v", s, l, err, want)
+		}
+	}
+	for _, s := range []string{"verbose", "info+2", ""} {
+		if _, err := logLevel(s); err == nil {
+			t.Errorf("%q accepted", s)
+		}
 	}
 }
