@@ -16,8 +16,10 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v4/pkg/chart/common"
@@ -284,6 +286,67 @@ func serverFlags(t *testing.T) []string {
 		t.Fatalf("found flags %q in draingate serve -h: the pattern no longer finds them, update this test", flags)
 	}
 	return flags
+}
+
+// serverDefaults reads draingate serve -h: each flag's default as printed
+// ("" where the flag's zero value is its default).
+func serverDefaults(t *testing.T) map[string]string {
+	t.Helper()
+	var out, help bytes.Buffer
+	if code := server.Main(context.Background(), []string{"serve", "-h"}, func(string) string { return "" }, &out, &help); code != 0 {
+		t.Fatalf("draingate serve -h: exit %d: %s", code, help.String())
+	}
+	re := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)[^\n]*\n\s+[^\n]*?(?: \(default ([^)]*)\))?$`)
+	defaults := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(help.String(), -1) {
+		if q, err := strconv.Unquote(m[2]); err == nil {
+			m[2] = q // strings are printed quoted
+		}
+		defaults[m[1]] = m[2]
+	}
+	if defaults["aws-burst"] == "" || defaults["inject-max-wait"] == "" {
+		t.Fatalf("read defaults %q from draingate serve -h: the pattern no longer finds them, update this test", defaults)
+	}
+	return defaults
+}
+
+// sameSetting says whether the chart's value and the binary's default say
+// the same thing: durations and numbers compared by value ("300s" is
+// "5m0s"), a flag printed with no default is false, 0 or empty.
+func sameSetting(chart, binary string) bool {
+	if chart == binary {
+		return true
+	}
+	if a, err := time.ParseDuration(chart); err == nil {
+		b, err := time.ParseDuration(binary)
+		return err == nil && a == b
+	}
+	if a, err := strconv.ParseFloat(chart, 64); err == nil {
+		if binary == "" {
+			return a == 0
+		}
+		b, err := strconv.ParseFloat(binary, 64)
+		return err == nil && a == b
+	}
+	return binary == "" && chart == "false"
+}
+
+// TestOneDefault: a setting has one default, whether draingate runs from
+// the chart or from its own command line; the chart differs only where it
+// must name what the binary cannot know (its own Service, namespace,
+// Secret and images) or chooses a container's form (listening on every
+// address, the pod-only wait API).
+func TestOneDefault(t *testing.T) {
+	_, c := serverContainer(t, mustRender(t, ""))
+	chartOnly := map[string]bool{"listen": true, "metrics-listen": true, "webhook-listen": true, "webhook-config": true,
+		"webhook-secret": true, "webhook-service": true, "webhook-namespace": true, "agent-image": true, "agent-server": true,
+		"namespace": true, "wait-api-sources": true}
+	defaults := serverDefaults(t)
+	for f, v := range flagsOf(t, c.Args) {
+		if b, ok := defaults[f]; ok && !chartOnly[f] && !sameSetting(v, b) {
+			t.Errorf("the chart sets --%s=%s by default, draingate serve defaults to %q: give the setting one default", f, v, b)
+		}
+	}
 }
 
 func TestDefaultArgs(t *testing.T) {

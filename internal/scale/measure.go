@@ -340,7 +340,7 @@ func (r *run) startServer(ctx context.Context) (*server, error) {
 	s.cmd = exec.Command(r.env.Server, "serve",
 		"--kubeconfig", r.env.Kubeconfig,
 		"--listen", "127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-listen", "127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--elbv2-endpoint", r.emuURL, "--aws-region", "us-east-1",
+		"--elbv2-endpoint", r.emuURL, "--aws-region", "us-east-1", "--aws-rate", strconv.FormatFloat(serverRate, 'g', -1, 64),
 		"--wait-api-sources", "any", "--tail-endpointslice", "0", "--tail-alb", "0", "--log-format", "json", "--profiling",
 		"--namespace", r.namespaces[0])
 	s.cmd.Env = []string{"AWS_ACCESS_KEY_ID=" + accessKey, "AWS_SECRET_ACCESS_KEY=scale", "AWS_EC2_METADATA_DISABLED=true",

@@ -147,8 +147,10 @@ type Result struct {
 	LeaseWrites int
 }
 
-// serverRate is the server's default --aws-rate, the budget the run
-// checks the Describe rate against.
+// serverRate is the --aws-rate the run gives its one server, and the
+// budget it checks the Describe rate against: 2/s, the chart's total at
+// its defaults (aws.rate 1/s on each of 2 replicas), so that one server
+// stands for the whole install.
 const serverRate = 2
 
 // run is one cell's state.

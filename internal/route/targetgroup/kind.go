@@ -36,7 +36,7 @@ type Config struct {
 
 // NewKind returns the kind at its defaults.
 func NewKind() *Config {
-	return &Config{on: true, rate: 2, burst: 5, pollInterval: 2 * time.Second, nodesRefresh: time.Minute,
+	return &Config{on: true, rate: 1, burst: 5, pollInterval: 2 * time.Second, nodesRefresh: time.Minute,
 		albTail: DefaultALBTail, nlbTail: DefaultNLBTail}
 }
 
