@@ -2,13 +2,17 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"draingate.dev/draingate/internal/lab/report"
+	"draingate.dev/draingate/internal/status"
 	"draingate.dev/draingate/internal/testenv"
 )
 
@@ -43,10 +47,12 @@ func TestRolloutFailsWithoutHookAndNotWithLongSleepOrGate(t *testing.T) {
 	long := Strategy{Name: "sleep:long", Sleep: sc.MaxRouteDelay() + 3*time.Second}
 	gate := Strategy{Name: "draingate", Gate: true}
 	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()}
+	plugin := watchPlugin(ctx, t, c)
 	rep, err := Run(ctx, env, Options{
 		Scenario: sc, TimeScale: scale, Replicas: 3, Rollouts: 1, RPS: 40, Seed: 7,
 		Strategies: []Strategy{{Name: "none"}, long, gate}, Progress: os.Stderr,
 	})
+	plugin.check(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,5 +279,115 @@ func TestChaosFaultsHappen(t *testing.T) {
 				t.Errorf("the report's notes do not name the fault: %v", rep.Notes)
 			}
 		})
+	}
+}
+
+// pluginWatch runs kubectl draingate (the plugin binary, as a user runs
+// it) during a lab rollout and keeps what it saw.
+type pluginWatch struct {
+	stop func()
+	mu   sync.Mutex
+	runs int
+	errs []string
+	// waiting: a pod the gate held, with its routes; noAgent: a
+	// terminating pod without the agent (the sleep strategy's);
+	// explained: explain's output for a waiting pod.
+	waiting, noAgent *status.Pod
+	explained        string
+}
+
+// watchPlugin runs kubectl draingate status -A -o json every half second
+// until check, and explain on the first pod it shows waiting.
+func watchPlugin(ctx context.Context, t *testing.T, c *testenv.Cluster) *pluginWatch {
+	t.Helper()
+	bin, err := c.GoBinary(ctx, "./cmd/kubectl-draingate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &pluginWatch{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	w.stop = func() { cancel(); wg.Wait() }
+	plugin := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", c.Kubeconfig)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil && ctx.Err() == nil {
+			w.mu.Lock()
+			w.errs = append(w.errs, strings.Join(args, " ")+": "+err.Error()+": "+stderr.String())
+			w.mu.Unlock()
+		}
+		return out, err
+	}
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			out, err := plugin("status", "-A", "-o", "json")
+			if err != nil {
+				continue
+			}
+			var pods []status.Pod
+			if err := json.Unmarshal(out, &pods); err != nil {
+				w.mu.Lock()
+				w.errs = append(w.errs, "status -A -o json printed no JSON: "+err.Error()+": "+string(out))
+				w.mu.Unlock()
+				continue
+			}
+			w.mu.Lock()
+			explained := w.explained != ""
+			w.mu.Unlock()
+			for _, p := range pods {
+				switch {
+				case p.Verdict != nil && !p.Verdict.Released && len(p.Verdict.Routes) > 0 && !explained:
+					explained = true
+					text, err := plugin("explain", p.Name, "-n", p.Namespace)
+					w.mu.Lock()
+					if err == nil && w.waiting == nil {
+						w.waiting, w.explained = &p, string(text)
+					}
+					w.mu.Unlock()
+				case p.Verdict == nil && p.Injected == "" && p.Event == "":
+					w.mu.Lock()
+					w.noAgent = &p
+					w.mu.Unlock()
+				}
+			}
+			w.mu.Lock()
+			w.runs++
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// check stops the watch and says what it should have seen: a pod held by
+// the gate with its routes, explained in full, and one without the agent.
+func (w *pluginWatch) check(t *testing.T) {
+	t.Helper()
+	w.stop()
+	for _, e := range w.errs {
+		t.Errorf("kubectl draingate %s", e)
+	}
+	if w.waiting == nil {
+		t.Errorf("kubectl draingate status ran %d times during the rollout and never showed a pod held by the gate with its routes", w.runs)
+		return
+	}
+	t.Logf("kubectl draingate status showed %s/%s waiting: %s; explain printed:\n%s", w.waiting.Namespace, w.waiting.Name, w.waiting.Verdict.Message, w.explained)
+	for _, want := range []string{w.waiting.Namespace + "/" + w.waiting.Name, "Released:   no", "Routes:", w.waiting.Verdict.Routes[0].Kind + "/" + w.waiting.Verdict.Routes[0].Name} {
+		if !strings.Contains(w.explained, want) {
+			t.Errorf("kubectl draingate explain %s printed no %q:\n%s", w.waiting.Name, want, w.explained)
+		}
+	}
+	if w.noAgent == nil {
+		t.Errorf("kubectl draingate status never showed a terminating pod without the agent (the sleep strategy's)")
 	}
 }

@@ -113,8 +113,10 @@ type podState struct {
 	traffic *gate.Traffic
 	summary *api.Traffic
 	timer   *time.Timer
-	// startNoted and releaseNoted: the pod's Events were written.
+	// startNoted and releaseNoted: the pod's Events were written;
+	// routesNoted, the route states the last of them told (routeSignature).
 	startNoted, releaseNoted bool
+	routesNoted              string
 	// shared says the pod's memory is shared with the other replicas (see
 	// pods.shared): it carries the agent, or its agent asked.
 	shared bool

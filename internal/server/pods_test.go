@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -628,4 +629,49 @@ func TestPodsEventsPassADecision(t *testing.T) {
 			t.Errorf("the blocked decision did not complete: %+v", st)
 		}
 	})
+}
+
+// A waiting pod's Events: one when its wait starts, one each time a route
+// changes state (not on every ask), and the release; each carries the
+// verdict its agent got.
+func TestPodsEventOnRouteChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig()
+		r.put("u1", true)
+		r.ask(t, "u1")
+		r.ask(t, "u1")
+		if got := r.eventReasons(); !slices.Equal(got, []string{EventWaitStarted}) {
+			t.Fatalf("events %v after two asks with the route in, want one wait-started", got)
+		}
+		r.src.set(map[string]bool{"a": true})
+		r.routesChanged("shop", "")
+		r.ask(t, "u1")
+		time.Sleep(time.Second)
+		r.ask(t, "u1")
+		if got := r.eventReasons(); !slices.Equal(got, []string{EventRoutesChanged}) {
+			t.Fatalf("events %v after the route went out and two asks, want one routes-changed", got)
+		}
+		time.Sleep(10 * time.Second)
+		if v := r.ask(t, "u1"); !v.Released {
+			t.Fatalf("after the tail: %+v", v)
+		}
+		if got := r.eventReasons(); !slices.Equal(got, []string{EventReleased}) {
+			t.Fatalf("events %v at the release, want only released (it tells the closed routes)", got)
+		}
+	})
+}
+
+// Every Event on a waiting pod carries the verdict in full, as JSON that
+// reads back the same.
+func TestVerdictAnnotation(t *testing.T) {
+	tail := time.Date(2026, 12, 5, 20, 0, 0, 0, time.UTC)
+	v := api.Verdict{Pod: "web", Namespace: "shop", UID: "u1", Released: true, Reason: api.ReasonDrained, Waited: api.Duration(12 * time.Second),
+		Routes: []api.Route{{Kind: "targetgroup", Name: "tg", State: "closed", TailEnds: &tail, ClosedBy: api.ClosedByTraffic, Detail: "quiet"}}, Message: "released"}
+	var back api.Verdict
+	if err := json.Unmarshal([]byte(verdictAnnotation(v)[api.VerdictAnnotation]), &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, v) {
+		t.Errorf("read back %+v, want %+v", back, v)
+	}
 }

@@ -363,15 +363,21 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		seen := map[string]string{}
+		seen, verdicts := map[string]string{}, map[string]string{}
 		for _, e := range l.Items {
-			seen[e.Reason] = e.Message
+			seen[e.Reason], verdicts[e.Reason] = e.Message, e.Annotations[api.VerdictAnnotation]
 		}
 		if seen[EventWaitStarted] == "" || seen[EventReleased] == "" {
 			return false
 		}
 		if !strings.Contains(seen[EventReleased], "drained") {
 			t.Errorf("release Event %q does not say why", seen[EventReleased])
+		}
+		// The release Event carries the verdict in full (kubectl draingate
+		// explain prints it).
+		var rv api.Verdict
+		if err := json.Unmarshal([]byte(verdicts[EventReleased]), &rv); err != nil || !rv.Released || routeStates(rv)[group].ClosedBy == "" {
+			t.Errorf("release Event's %s annotation %q (%v): want the released verdict, the target group closed and by what", api.VerdictAnnotation, verdicts[EventReleased], err)
 		}
 		return true
 	})
