@@ -91,6 +91,7 @@ func (p paths) componentKubeconfig(c string) string {
 }
 func (p paths) containerd() string       { return p.join("containerd") }
 func (p paths) containerdSocket() string { return p.join("containerd", "containerd.sock") }
+func (p paths) registries() string       { return p.join("containerd", "certs.d") }
 func (p paths) kubelet() string          { return p.join("kubelet") }
 func (p paths) cniConf() string          { return p.join("cni", "net.d") }
 func (p paths) images() string           { return p.join("images") }
@@ -156,8 +157,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
+  # Registries the tests serve (Cluster.TrustRegistry), one folder each.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
 `, filepath.Join(c, "root"), filepath.Join(c, "state"), p.containerdSocket(), filepath.Join(c, "opt"),
-		pauseImage, filepath.Join(c, "runc"), p.cniConf())
+		pauseImage, filepath.Join(c, "runc"), p.cniConf(), p.registries())
 }
 
 // cniConfig is a bridge network on BridgeName. No masquerade: pods talk only

@@ -129,3 +129,20 @@ func (c *Cluster) loadBaseImages(ctx context.Context) error {
 	}
 	return c.LoadGoImage(ctx, TestAppImage, "./internal/testenv/cmd/testapp")
 }
+
+// TrustRegistry lets the cluster's containerd pull from the registry at
+// host (host:port) over HTTPS with a certificate signed by caPEM: a
+// registry a test serves, such as one make images pushes to. containerd
+// reads the folder at each pull; the folder goes with the run folder.
+func (c *Cluster) TrustRegistry(host string, caPEM []byte) error {
+	dir := filepath.Join(c.paths.registries(), host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, caPEM, 0o644); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n", "https://"+host, "https://"+host, ca)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
+}
