@@ -352,8 +352,8 @@ func TestOneDefault(t *testing.T) {
 func TestDefaultArgs(t *testing.T) {
 	r := mustRender(t, "")
 	_, c := serverContainer(t, r)
-	if c.Image != "draingate.local/draingate:0.1.0" {
-		t.Errorf("image %s, want draingate.local/draingate:0.1.0 (the appVersion)", c.Image)
+	if c.Image != "ghcr.io/draingate/draingate:0.1.0" {
+		t.Errorf("image %s, want ghcr.io/draingate/draingate:0.1.0 (the release's repository, the appVersion)", c.Image)
 	}
 	got := flagsOf(t, c.Args)
 	want := map[string]string{
@@ -379,7 +379,7 @@ func TestDefaultArgs(t *testing.T) {
 		"webhook-service":        "draingate",
 		"webhook-namespace":      "$(DRAINGATE_WEBHOOK_NAMESPACE)",
 		"webhook-cert-manager":   "false",
-		"agent-image":            "draingate.local/draingate-prestop:0.1.0",
+		"agent-image":            "ghcr.io/draingate/draingate-prestop:0.1.0",
 		"agent-server":           "http://draingate.draingate-system.svc:8080",
 		"inject-max-wait":        "90s",
 		"inject-fallback":        "30s",

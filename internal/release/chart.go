@@ -35,9 +35,15 @@ func ChartVersion(v string) string {
 	return "0.0.0-" + clean
 }
 
+// Registry is where a tagged release pushes (.github/workflows/release.yml's
+// REGISTRY): the images as Registry/draingate and Registry/draingate-prestop,
+// the chart's default image repositories in values.yaml, and the chart as
+// Registry/charts/draingate.
+const Registry = "ghcr.io/draingate"
+
 // defaultRepository matches the chart's two default image repositories
-// in values.yaml (the lab's local images).
-var defaultRepository = regexp.MustCompile(`(?m)^(\s*repository: )draingate\.local/(draingate(?:-prestop)?)[ \t]*$`)
+// in values.yaml (Registry's).
+var defaultRepository = regexp.MustCompile(`(?m)^(\s*repository: )` + regexp.QuoteMeta(Registry) + `/(draingate(?:-prestop)?)[ \t]*$`)
 
 // defaultDigest matches the chart's two empty image digests in values.yaml:
 // image.digest (indented 2) and agent.image.digest (indented 4).
@@ -68,7 +74,7 @@ func Chart(o Options, imagePrefix string, digests map[string]string) (string, er
 				continue
 			}
 			if n := len(defaultRepository.FindAllIndex(f.Data, -1)); n != 2 {
-				return "", fmt.Errorf("chart: values.yaml names %d default image repositories (draingate.local/…), want 2: update release.defaultRepository", n)
+				return "", fmt.Errorf("chart: values.yaml names %d default image repositories (%s/…), want 2: update release.Registry", n, Registry)
 			}
 			f.Data = defaultRepository.ReplaceAll(f.Data, []byte("${1}"+imagePrefix+"/${2}"))
 			found = true

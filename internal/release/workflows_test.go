@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/rhysd/actionlint"
+
+	"draingate.dev/draingate/internal/chart"
 )
 
 // The GitHub workflows cannot run here: actionlint checks them (syntax,
@@ -83,5 +86,61 @@ func TestWorkflows(t *testing.T) {
 	}
 	if !targets["images"] || !targets["chart"] {
 		t.Error("the Makefile lacks the images or chart target the release runs")
+	}
+}
+
+// The release pushes where the chart's defaults point: release.yml's
+// REGISTRY is Registry, values.yaml's image.repository and
+// agent.image.repository are REGISTRY/draingate and
+// REGISTRY/draingate-prestop, and make images and make chart push there.
+func TestReleaseRegistry(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, errs := actionlint.Parse(b)
+	if len(errs) > 0 {
+		t.Fatalf("release.yml: %v", errs[0])
+	}
+	var registry string
+	var runs []string
+	for _, job := range wf.Jobs {
+		if job.Env != nil {
+			for _, v := range job.Env.Vars {
+				if v.Name.Value == "REGISTRY" {
+					registry = v.Value.Value
+				}
+			}
+		}
+		for _, st := range job.Steps {
+			if run, ok := st.Exec.(*actionlint.ExecRun); ok && run.Run != nil {
+				runs = append(runs, run.Run.Value)
+			}
+		}
+	}
+	if registry != Registry {
+		t.Errorf("release.yml pushes to REGISTRY %q, want %q (release.Registry)", registry, Registry)
+	}
+	ch, err := chart.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	image, _ := ch.Values["image"].(map[string]any)
+	agent, _ := ch.Values["agent"].(map[string]any)
+	agentImage, _ := agent["image"].(map[string]any)
+	for what, got := range map[string]any{"image.repository": image["repository"], "agent.image.repository": agentImage["repository"]} {
+		want := registry + "/draingate"
+		if what == "agent.image.repository" {
+			want += "-prestop"
+		}
+		if got != want {
+			t.Errorf("values.yaml %s = %v, but the release pushes %s", what, got, want)
+		}
+	}
+	all := strings.Join(runs, "\n")
+	for _, want := range []string{`make images VERSION="$VERSION" PUSH="$REGISTRY"`, `IMAGES="$REGISTRY"`, `PUSH="oci://$REGISTRY/charts"`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("release.yml does not run %s", want)
+		}
 	}
 }
