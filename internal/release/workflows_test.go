@@ -15,8 +15,9 @@ import (
 
 // The GitHub workflows cannot run here: actionlint checks them (syntax,
 // expressions, action inputs), every `make X` they run is a Makefile
-// target, CI runs the README's make test, and every out/images file the
-// release attaches is one make images writes.
+// target, CI runs the README's make test, every out/images file the
+// release attaches is one make images writes, and every action is pinned
+// by commit (see checkPinned).
 func TestWorkflows(t *testing.T) {
 	root := filepath.Join("..", "..")
 	paths, err := filepath.Glob(filepath.Join(root, ".github", "workflows", "*.yml"))
@@ -45,6 +46,7 @@ func TestWorkflows(t *testing.T) {
 	makeCmd := regexp.MustCompile(`\bmake\s+([a-z][\w-]*)`)
 	outPath := regexp.MustCompile(`\bout/images/[\w./-]+`)
 	ranTest := false
+	pins := map[string]string{}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -61,6 +63,7 @@ func TestWorkflows(t *testing.T) {
 		if len(perrs) > 0 {
 			continue // reported above
 		}
+		checkPinned(t, filepath.Base(p), b, wf, pins)
 		for id, job := range wf.Jobs {
 			for _, st := range job.Steps {
 				run, ok := st.Exec.(*actionlint.ExecRun)
@@ -142,5 +145,51 @@ func TestReleaseRegistry(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("release.yml does not run %s", want)
 		}
+	}
+}
+
+// usesLine is a workflow line naming an action or a reusable workflow:
+// its reference, and what follows it.
+var usesLine = regexp.MustCompile(`(?m)^\s*(?:-\s+)?uses:\s*(\S+)(.*)$`)
+
+// pinned is an action pinned by a full commit SHA with its release tag
+// in a trailing comment: owner/repo[/path]@<40 hex> # vX.Y.Z.
+var pinned = regexp.MustCompile(`^([\w.-]+/[\w.-]+)(?:/[\w./-]+)?@([0-9a-f]{40})$`)
+var pinComment = regexp.MustCompile(`^\s+# (v\d+\.\d+\.\d+)$`)
+
+// checkPinned: every `uses:` in the workflow file b (parsed: wf) is
+// owner/repo@<commit SHA> # vX.Y.Z, a tag moved later cannot change what
+// runs, and an action has one pin (SHA and tag) across the workflows
+// (pins, by owner/repo).
+func checkPinned(t *testing.T, file string, b []byte, wf *actionlint.Workflow, pins map[string]string) {
+	t.Helper()
+	uses := 0
+	for _, job := range wf.Jobs {
+		if job.WorkflowCall != nil && job.WorkflowCall.Uses != nil {
+			uses++
+		}
+		for _, st := range job.Steps {
+			if a, ok := st.Exec.(*actionlint.ExecAction); ok && a.Uses != nil {
+				uses++
+			}
+		}
+	}
+	lines := usesLine.FindAllSubmatch(b, -1)
+	if len(lines) != uses {
+		t.Errorf("%s: %d uses: lines for %d actions: write each as `uses: owner/repo@<sha> # vX.Y.Z` on its own line", file, len(lines), uses)
+	}
+	for _, m := range lines {
+		ref, rest := string(m[1]), string(m[2])
+		p := pinned.FindStringSubmatch(ref)
+		c := pinComment.FindStringSubmatch(rest)
+		if p == nil || c == nil {
+			t.Errorf("%s: uses: %s%s: want owner/repo@<40-hex commit SHA> # vX.Y.Z (the tag it is)", file, ref, rest)
+			continue
+		}
+		pin := p[2] + " " + c[1]
+		if prev, ok := pins[p[1]]; ok && prev != pin {
+			t.Errorf("%s: %s pinned at %s here, at %s elsewhere: one pin per action", file, p[1], pin, prev)
+		}
+		pins[p[1]] = pin
 	}
 }
