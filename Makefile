@@ -30,14 +30,16 @@ unit:
 
 ## images: release images of draingate and draingate-prestop for linux/amd64 and linux/arm64,
 ## offline and reproducible (SOURCE_DATE_EPOCH, default the last commit's time), as OCI layouts
-## with CycloneDX SBOMs under out/images; PUSH=registry/prefix also pushes them
+## with CycloneDX SBOMs under out/images, their digests in out/images/digests.txt;
+## PUSH=registry/prefix also pushes them
 images:
 	$(GO) run ./cmd/draingate-release images --out out/images --version $(VERSION) $(if $(PUSH),--push $(PUSH))
 
 ## chart: the Helm chart packaged as out/draingate-<chart version>.tgz (appVersion $(VERSION), the
 ## images' default tag); IMAGES=registry/prefix sets its default image repositories (where
-## make images PUSH=… pushed them); PUSH=oci://registry/prefix pushes the package; the images
-## make images built (out/images) are pinned by digest (image.digest, agent.image.digest)
+## make images PUSH=… pushed them); PUSH=oci://registry/prefix pushes the package (its digest
+## in out/chart-digests.txt); the images make images built (out/images) are pinned by digest
+## (image.digest, agent.image.digest)
 chart:
 	$(GO) run ./cmd/draingate-release chart --out out --version $(VERSION) --digests-from out/images $(if $(IMAGES),--images $(IMAGES)) $(if $(PUSH),--push $(PUSH))
 

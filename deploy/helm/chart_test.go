@@ -220,8 +220,8 @@ func TestChartLoadsAndLints(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := ch.Metadata
-	if m.APIVersion != "v2" || m.Name != "draingate" || m.Version != "0.1.0" || m.AppVersion != "0.1.0" {
-		t.Errorf("Chart.yaml: apiVersion %s name %s version %s appVersion %s, want v2 draingate 0.1.0 0.1.0", m.APIVersion, m.Name, m.Version, m.AppVersion)
+	if m.APIVersion != "v2" || m.Name != "draingate" || m.Version != "0.1.0" || m.AppVersion != "v0.1.0" {
+		t.Errorf("Chart.yaml: apiVersion %s name %s version %s appVersion %s, want v2 draingate 0.1.0 v0.1.0 (the release's tag, as make chart sets it)", m.APIVersion, m.Name, m.Version, m.AppVersion)
 	}
 	for _, overrides := range []string{
 		"",
@@ -352,8 +352,8 @@ func TestOneDefault(t *testing.T) {
 func TestDefaultArgs(t *testing.T) {
 	r := mustRender(t, "")
 	_, c := serverContainer(t, r)
-	if c.Image != "draingate.local/draingate:0.1.0" {
-		t.Errorf("image %s, want draingate.local/draingate:0.1.0 (the appVersion)", c.Image)
+	if c.Image != "ghcr.io/draingate/draingate:v0.1.0" {
+		t.Errorf("image %s, want ghcr.io/draingate/draingate:v0.1.0 (the release's repository, the appVersion)", c.Image)
 	}
 	got := flagsOf(t, c.Args)
 	want := map[string]string{
@@ -379,7 +379,7 @@ func TestDefaultArgs(t *testing.T) {
 		"webhook-service":        "draingate",
 		"webhook-namespace":      "$(DRAINGATE_WEBHOOK_NAMESPACE)",
 		"webhook-cert-manager":   "false",
-		"agent-image":            "draingate.local/draingate-prestop:0.1.0",
+		"agent-image":            "ghcr.io/draingate/draingate-prestop:v0.1.0",
 		"agent-server":           "http://draingate.draingate-system.svc:8080",
 		"inject-max-wait":        "90s",
 		"inject-fallback":        "30s",

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -35,9 +37,15 @@ func ChartVersion(v string) string {
 	return "0.0.0-" + clean
 }
 
+// Registry is where a tagged release pushes (.github/workflows/release.yml's
+// REGISTRY): the images as Registry/draingate and Registry/draingate-prestop,
+// the chart's default image repositories in values.yaml, and the chart as
+// Registry/charts/draingate.
+const Registry = "ghcr.io/draingate"
+
 // defaultRepository matches the chart's two default image repositories
-// in values.yaml (the lab's local images).
-var defaultRepository = regexp.MustCompile(`(?m)^(\s*repository: )draingate\.local/(draingate(?:-prestop)?)[ \t]*$`)
+// in values.yaml (Registry's).
+var defaultRepository = regexp.MustCompile(`(?m)^(\s*repository: )` + regexp.QuoteMeta(Registry) + `/(draingate(?:-prestop)?)[ \t]*$`)
 
 // defaultDigest matches the chart's two empty image digests in values.yaml:
 // image.digest (indented 2) and agent.image.digest (indented 4).
@@ -68,7 +76,7 @@ func Chart(o Options, imagePrefix string, digests map[string]string) (string, er
 				continue
 			}
 			if n := len(defaultRepository.FindAllIndex(f.Data, -1)); n != 2 {
-				return "", fmt.Errorf("chart: values.yaml names %d default image repositories (draingate.local/…), want 2: update release.defaultRepository", n)
+				return "", fmt.Errorf("chart: values.yaml names %d default image repositories (%s/…), want 2: update release.Registry", n, Registry)
 			}
 			f.Data = defaultRepository.ReplaceAll(f.Data, []byte("${1}"+imagePrefix+"/${2}"))
 			found = true
@@ -114,9 +122,10 @@ func Chart(o Options, imagePrefix string, digests map[string]string) (string, er
 // PushChart pushes the packaged chart at path to the OCI registry
 // repository prefix ("oci://registry/prefix": the chart lands at
 // registry/prefix/draingate:<chart version>), with Helm's registry
-// credentials (helm registry login) falling back to Docker's. It returns
-// the reference pushed, by digest.
-func PushChart(path, prefix string) (string, error) {
+// credentials (helm registry login) falling back to Docker's, and records
+// the pushed digest beside the package (ChartDigestsFile). It returns the
+// reference pushed, with its tag and digest.
+func PushChart(path, prefix string, opts ...registry.ClientOption) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
@@ -129,7 +138,11 @@ func PushChart(path, prefix string) (string, error) {
 	if !ok || repo == "" {
 		return "", fmt.Errorf("push chart: %q: want oci://registry/prefix", prefix)
 	}
-	client, err := registry.NewClient()
+	record := filepath.Join(filepath.Dir(path), ChartDigestsFile)
+	if err := os.Remove(record); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	client, err := registry.NewClient(opts...)
 	if err != nil {
 		return "", fmt.Errorf("push chart: %w", err)
 	}
@@ -137,6 +150,9 @@ func PushChart(path, prefix string) (string, error) {
 	res, err := client.Push(data, ref)
 	if err != nil {
 		return "", fmt.Errorf("push chart to %s: %w", ref, err)
+	}
+	if err := writeDigests(record, map[string]string{ch.Metadata.Name: res.Manifest.Digest}); err != nil {
+		return "", fmt.Errorf("push chart: %w", err)
 	}
 	return res.Ref + "@" + res.Manifest.Digest, nil
 }
@@ -203,4 +219,40 @@ func LayoutDigests(dir, version string) (digests map[string]string, ok bool, err
 		digests[name] = m.Manifests[0].Digest.String()
 	}
 	return digests, true, nil
+}
+
+// DigestsFile and ChartDigestsFile record what a release publishes, by
+// digest, for the release workflow to sign and attest: a line "<name>
+// <digest>" each, the artifact being pushed as <prefix>/<name>@<digest>.
+// make images writes DigestsFile in its folder (out/images/digests.txt):
+// each image's index digest, read back from the layout it wrote, which a
+// push publishes unchanged. make chart PUSH=… writes ChartDigestsFile
+// beside the package (out/chart-digests.txt): the chart's manifest digest,
+// as the registry took it.
+const (
+	DigestsFile      = "digests.txt"
+	ChartDigestsFile = "chart-digests.txt"
+)
+
+// RecordDigests writes dir/DigestsFile from the image layouts in dir
+// (LayoutDigests: both must be there, built for version).
+func RecordDigests(dir, version string) error {
+	digests, ok, err := LayoutDigests(dir, version)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("record digests: no image layouts in %s", dir)
+	}
+	return writeDigests(filepath.Join(dir, DigestsFile), digests)
+}
+
+// writeDigests writes digests (by name) at path, a line "<name> <digest>"
+// each, sorted by name.
+func writeDigests(path string, digests map[string]string) error {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(digests)) {
+		fmt.Fprintf(&b, "%s %s\n", name, digests[name])
+	}
+	return writeFile(path, []byte(b.String()))
 }

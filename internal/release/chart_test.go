@@ -2,15 +2,23 @@ package release
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/registry"
 
 	"draingate.dev/draingate/internal/chart"
 	"draingate.dev/draingate/internal/image"
@@ -79,23 +87,7 @@ func TestChartPinsDigests(t *testing.T) {
 	if _, ok, err := LayoutDigests(dir, "v1.2.3"); ok || err != nil {
 		t.Fatalf("no layouts: ok %v, %v; want not ok and no error", ok, err)
 	}
-	// What make images leaves: per image an OCI layout of its index, named
-	// by the version.
-	want := map[string]string{}
-	for _, name := range []string{"draingate", "draingate-prestop"} {
-		idx, err := random.Index(64, 1, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := image.WriteLayout(filepath.Join(dir, name), "v1.2.3", idx); err != nil {
-			t.Fatal(err)
-		}
-		d, err := idx.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[name] = d.String()
-	}
+	want := writeLayouts(t, dir, "v1.2.3")
 	if _, _, err := LayoutDigests(dir, "v1.3.0"); err == nil || !strings.Contains(err.Error(), `built for version "v1.2.3", not "v1.3.0"`) {
 		t.Errorf("layouts of another version: %v, want an error saying so", err)
 	}
@@ -113,6 +105,94 @@ func TestChartPinsDigests(t *testing.T) {
 	}
 	checkPackage(t, ch, []string{`  digest: "` + want["draingate"] + "\"\n", `    digest: "` + want["draingate-prestop"] + "\"\n", "# image.digest: sha256:"},
 		[]string{`image: "ghcr.io/acme/draingate@` + want["draingate"] + `"`, `--agent-image=ghcr.io/acme/draingate-prestop@` + want["draingate-prestop"]})
+}
+
+// writeLayouts writes in dir what make images leaves: per image an OCI
+// layout of its index (random), named by version. It returns the indexes'
+// digests by image name.
+func writeLayouts(t *testing.T, dir, version string) map[string]string {
+	t.Helper()
+	digests := map[string]string{}
+	for _, name := range []string{"draingate", "draingate-prestop"} {
+		idx, err := random.Index(64, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := image.WriteLayout(filepath.Join(dir, name), version, idx); err != nil {
+			t.Fatal(err)
+		}
+		d, err := idx.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests[name] = d.String()
+	}
+	return digests
+}
+
+// make images lists the digests of the indexes it wrote (what a push
+// publishes) in out/images/digests.txt, one "<name> <digest>" line each,
+// for the release workflow to sign and attest; without both layouts of
+// the version it writes nothing.
+func TestRecordDigests(t *testing.T) {
+	dir := t.TempDir()
+	if err := RecordDigests(dir, "v1.2.3"); err == nil {
+		t.Error("no layouts: no error")
+	}
+	want := writeLayouts(t, dir, "v1.2.3")
+	if err := RecordDigests(dir, "v1.3.0"); err == nil {
+		t.Error("layouts of another version: no error")
+	}
+	if _, err := os.Stat(filepath.Join(dir, DigestsFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s written from no or stale layouts (%v)", DigestsFile, err)
+	}
+	if err := RecordDigests(dir, "v1.2.3"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, DigestsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, w := string(b), "draingate "+want["draingate"]+"\ndraingate-prestop "+want["draingate-prestop"]+"\n"; got != w {
+		t.Errorf("%s:\n%s\nwant\n%s", DigestsFile, got, w)
+	}
+}
+
+// make chart PUSH=oci://… pushes the package and records the digest the
+// registry holds it by in out/chart-digests.txt ("draingate <digest>"),
+// for the release workflow to sign.
+func TestPushChartRecordsDigest(t *testing.T) {
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	out := t.TempDir()
+	os.WriteFile(filepath.Join(out, ChartDigestsFile), []byte("draingate sha256:stale\n"), 0o644)
+	path, err := Chart(Options{Version: "v1.2.3", Out: out, Created: time.Unix(1764547200, 0).UTC()}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := PushChart(path, "oci://"+host+"/charts/", registry.ClientOptPlainHTTP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(host+"/charts/draingate:1.2.3", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := remote.Head(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := host + "/charts/draingate:1.2.3@" + desc.Digest.String(); ref != want {
+		t.Errorf("PushChart = %s, want %s", ref, want)
+	}
+	b, err := os.ReadFile(filepath.Join(out, ChartDigestsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), "draingate "+desc.Digest.String()+"\n"; got != want {
+		t.Errorf("%s: %q, want %q (the registry's)", ChartDigestsFile, got, want)
+	}
 }
 
 // checkPackage checks a packaged chart: its values.yaml holds each of

@@ -24,14 +24,16 @@ const usage = `usage: draingate-release <command> [flags]
       linux/arm64 as OCI layouts (out/images/<name>) with a CycloneDX SBOM
       beside each (out/images/<name>.cdx.json), reproducibly from
       SOURCE_DATE_EPOCH (default: the last commit's time); print each
-      image's digest and sizes; with --push, push them as
-      <prefix>/<name>:<version> with the Docker credential chain
+      image's digest and sizes and list the digests in
+      out/images/digests.txt ("<name> <digest>" lines); with --push, push
+      them as <prefix>/<name>:<version> with the Docker credential chain
   draingate-release chart [--out out] [--version V] [--images registry/prefix] [--push oci://registry/prefix]
       package deploy/helm/draingate as out/draingate-<chart version>.tgz:
       appVersion V (the images' default tag), chart version V as SemVer; with
       --images, the default image repositories <prefix>/draingate and
       <prefix>/draingate-prestop; with --push, push it as an OCI artifact
-      (helm registry login, or docker login, credentials)
+      (helm registry login, or docker login, credentials) and record its
+      digest in out/chart-digests.txt ("draingate <digest>")
   draingate-release version
       print the version
 `

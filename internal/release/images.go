@@ -13,6 +13,7 @@ package release
 import (
 	"context"
 	"debug/buildinfo"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -50,8 +51,8 @@ type Options struct {
 	// Root is the module's root folder (where go.mod is).
 	Root string
 	// Out is the folder the layouts and SBOMs go to: Out/<name> (an OCI
-	// layout) and Out/<name>.cdx.json; the binaries stay in
-	// Out/bin/<name>-linux-<arch>.
+	// layout) and Out/<name>.cdx.json, their digests to Out/DigestsFile;
+	// the binaries stay in Out/bin/<name>-linux-<arch>.
 	Out string
 	// Version is stamped into the binaries and labels; it is also the
 	// layout's ref name and the pushed tag.
@@ -83,7 +84,8 @@ type Image struct {
 }
 
 // Build builds every Binary for every arch and writes the layouts and
-// SBOMs. A failure leaves no half-written layout (see image.WriteLayout).
+// SBOMs, then the layouts' digests (Out/DigestsFile). A failure leaves no
+// half-written layout (see image.WriteLayout) and no digests.
 func Build(ctx context.Context, o Options) ([]Image, error) {
 	if o.Version == "" {
 		return nil, fmt.Errorf("release: no version")
@@ -98,6 +100,10 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 	if err := os.MkdirAll(bins, 0o755); err != nil {
 		return nil, err
 	}
+	// A failed build leaves no digests of an earlier one.
+	if err := os.Remove(filepath.Join(o.Out, DigestsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	var out []Image
 	for _, b := range Binaries {
 		img, err := o.build(ctx, b, bins)
@@ -105,6 +111,9 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 			return nil, err
 		}
 		out = append(out, img)
+	}
+	if err := RecordDigests(o.Out, o.Version); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -86,8 +86,8 @@ func copyCheckout(t *testing.T, root, dir string) {
 
 // TestREADMEInstall runs the README's install and verify commands on the
 // test cluster as written: make images and make chart push to a registry
-// (an HTTPS one this test serves, in place of registry.example.com), helm
-// installs the chart from it, the namespace shop is opted in and rolled
+// (an HTTPS one this test serves, in place of registry.example.com and of
+// the release's ghcr.io/draingate), helm installs the chart from it, the namespace shop is opted in and rolled
 // out, and a pod deleted there is held by the gate and released, as the
 // Events and kubectl draingate say. Only the AWS account's steps (aws iam,
 // eksctl) cannot run here; a command of any other kind fails the test
@@ -165,7 +165,9 @@ func TestREADMEInstall(t *testing.T) {
 	var skipped []string
 	var pod string
 	for _, cmd := range cmds {
-		cmd = strings.ReplaceAll(cmd, "registry.example.com/platform", host+"/platform")
+		// The test's registry stands for both the release's (ghcr.io/draingate)
+		// and yours (registry.example.com/platform): step 1 pushed there.
+		cmd = strings.NewReplacer("registry.example.com/platform", host+"/platform", "ghcr.io/draingate", host+"/platform").Replace(cmd)
 		switch strings.Fields(cmd)[0] {
 		case "aws", "eksctl":
 			skipped = append(skipped, cmd)

@@ -62,6 +62,9 @@ func TestImagesReproducible(t *testing.T) {
 			t.Errorf("%s: the two builds' SBOMs differ", b.Name)
 		}
 		t.Logf("%s %s, sizes %v", b.Name, a.Digest, a.Sizes)
+		if d, err := os.ReadFile(filepath.Join(filepath.Dir(a.Layout), DigestsFile)); err != nil || !strings.Contains(string(d), b.Name+" "+a.Digest.String()+"\n") {
+			t.Errorf("%s does not list %s %s (%v):\n%s", DigestsFile, b.Name, a.Digest, err, d)
+		}
 		checkLayout(t, b, a, o)
 		checkSBOM(t, b, sa, a.Digest)
 		out := runVersionOnCluster(t, ctx, a)
