@@ -5,7 +5,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X draingate.dev/draingate/internal/version.Version=$(VERSION)
 
-.PHONY: all build test unit tools deps cluster-up cluster-down demo images chart fmt vet clean
+.PHONY: all build test unit tools deps cluster-up cluster-down demo images chart plugin fmt vet clean
 
 all: build
 
@@ -42,6 +42,11 @@ images:
 ## (image.digest, agent.image.digest)
 chart:
 	$(GO) run ./cmd/draingate-release chart --out out --version $(VERSION) --digests-from out/images $(if $(IMAGES),--images $(IMAGES)) $(if $(PUSH),--push $(PUSH))
+
+## plugin: the kubectl plugin (kubectl draingate status/explain) for linux, macOS and Windows,
+## amd64 and arm64, as out/plugin/kubectl-draingate-<os>-<arch> with out/plugin/SHA256SUMS
+plugin:
+	$(GO) run ./cmd/draingate-release plugin --out out/plugin --version $(VERSION)
 
 cluster-up: deps tools
 	$(GO) run ./cmd/draingate-cluster up

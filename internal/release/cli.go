@@ -34,6 +34,10 @@ const usage = `usage: draingate-release <command> [flags]
       <prefix>/draingate-prestop; with --push, push it as an OCI artifact
       (helm registry login, or docker login, credentials) and record its
       digest in out/chart-digests.txt ("draingate <digest>")
+  draingate-release plugin [--out out/plugin] [--version V] [--platforms os/arch,...]
+      build the kubectl plugin (kubectl-draingate) for linux, macOS and
+      Windows as out/plugin/kubectl-draingate-<os>-<arch>[.exe], reproducibly,
+      with their sums in out/plugin/SHA256SUMS
   draingate-release version
       print the version
 `
@@ -43,6 +47,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	return cli.Dispatch("draingate-release", usage, map[string]func([]string) int{
 		"images": func(args []string) int { return imagesCmd(ctx, args, getenv, stdout, stderr) },
 		"chart":  func(args []string) int { return chartCmd(ctx, args, getenv, stdout, stderr) },
+		"plugin": func(args []string) int { return pluginCmd(ctx, args, getenv, stdout, stderr) },
 	}, args, stdout, stderr)
 }
 
@@ -91,6 +96,34 @@ func imagesCmd(ctx context.Context, args []string, getenv func(string) string, s
 			fmt.Fprintln(stderr, "draingate-release images:", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+func pluginCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("draingate-release plugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "out/plugin", "folder for the binaries and their sums")
+	ver := fs.String("version", "", "version stamped into the binaries (default: git describe --tags --always --dirty)")
+	platforms := fs.String("platforms", strings.Join(PluginPlatforms, ","), "os/arch pairs, comma-separated")
+	o, code := setup(ctx, fs, args, getenv, stderr, ver)
+	if code >= 0 {
+		return code
+	}
+	o.Out = *out
+	var ps []string
+	for _, p := range strings.Split(*platforms, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			ps = append(ps, p)
+		}
+	}
+	paths, err := BuildPlugin(ctx, o, ps)
+	if err != nil {
+		fmt.Fprintln(stderr, "draingate-release plugin:", err)
+		return 1
+	}
+	for _, p := range paths {
+		fmt.Fprintln(stdout, "plugin", p)
 	}
 	return 0
 }

@@ -246,12 +246,17 @@ func (o Options) writeSBOM(b Binary, digest v1.Hash, bin, path string) error {
 
 // goBuild builds pkg as a static linux/arch binary at dst, reproducibly.
 func (o Options) goBuild(ctx context.Context, pkg, arch, dst string) error {
+	return o.goBuildFor(ctx, pkg, "linux", arch, dst)
+}
+
+// goBuildFor builds pkg as a static goos/arch binary at dst, reproducibly.
+func (o Options) goBuildFor(ctx context.Context, pkg, goos, arch, dst string) error {
 	ldflags := "-s -w -buildid= -X draingate.dev/draingate/internal/version.Version=" + o.Version
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags="+ldflags, "-o", dst, pkg)
 	cmd.Dir = o.Root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s for linux/%s: %w: %s", pkg, arch, err, strings.TrimSpace(string(b)))
+		return fmt.Errorf("go build %s for %s/%s: %w: %s", pkg, goos, arch, err, strings.TrimSpace(string(b)))
 	}
 	return nil
 }

@@ -36,7 +36,8 @@ func TestWorkflows(t *testing.T) {
 	}
 	// What make images and make chart write (the chart's package named by
 	// a glob, as the release names it).
-	produced := map[string]bool{"out/images/" + DigestsFile: true, "out/" + ChartDigestsFile: true, "out/draingate-*.tgz": true}
+	produced := map[string]bool{"out/images/" + DigestsFile: true, "out/" + ChartDigestsFile: true, "out/draingate-*.tgz": true,
+		"out/plugin/" + Plugin.Name + "-*": true, "out/plugin/" + PluginSums: true}
 	for _, b := range Binaries {
 		produced["out/images/"+b.Name+".cdx.json"] = true
 		for _, a := range DefaultArches {
