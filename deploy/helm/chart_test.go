@@ -228,6 +228,7 @@ func TestChartLoadsAndLints(t *testing.T) {
 		"webhook: {enabled: false}",
 		"webhook: {failurePolicy: Fail, certManager: {enabled: true}}",
 		"metrics: {serviceMonitor: {enabled: true}}",
+		"metrics: {serviceMonitor: {enabled: true}}\nprometheusRule: {enabled: true}\ngrafanaDashboard: {enabled: true}",
 		"replicaCount: 1",
 	} {
 		vals, err := common.ReadValues([]byte(overrides))

@@ -77,10 +77,7 @@ type pending struct {
 // registered on reg.
 func New(cs kubernetes.Interface, namespace string, reg prometheus.Registerer, log *slog.Logger) (*Ledger, error) {
 	l := &Ledger{cs: cs, ns: namespace, log: log, pending: map[types.UID]pending{}, records: map[types.UID]Record{},
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "draingate_ledger_writes_total",
-			Help: "Writes of the Leases that share each waiting pod's route memory among replicas, by operation (create, update, delete) and result (ok, conflict, error). Errors only make waits longer: each replica then decides from its own observations.",
-		}, []string{"op", "result"}),
+		writes: newWrites(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](200*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "ledger"}),
@@ -96,6 +93,17 @@ func New(cs kubernetes.Interface, namespace string, reg prometheus.Registerer, l
 	}
 	return l, nil
 }
+
+// newWrites is draingate_ledger_writes_total.
+func newWrites() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "draingate_ledger_writes_total",
+		Help: "Writes of the Leases that share each waiting pod's route memory among replicas, by operation (create, update, delete) and result (ok, conflict, error). Errors only make waits longer: each replica then decides from its own observations.",
+	}, []string{"op", "result"})
+}
+
+// Describe sends the descriptions of the metrics New registers.
+func Describe(ch chan<- *prometheus.Desc) { newWrites().Describe(ch) }
 
 // Namespace is where the Leases are.
 func (l *Ledger) Namespace() string { return l.ns }

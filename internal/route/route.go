@@ -64,6 +64,13 @@ type Kind interface {
 	Open(ctx context.Context, env Env) (Source, error)
 }
 
+// Describer is a Kind whose Source registers metrics on Env.Registry: it
+// describes them without opening anything, so that the server can name
+// every metric it may export (server.MetricNames).
+type Describer interface {
+	Describe(ch chan<- *prometheus.Desc)
+}
+
 // Tail is one configured propagation tail: how long a route's consumers
 // may still send after its owner took the pod out.
 type Tail struct {

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"regexp"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/ledger"
+	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/version"
 	"draingate.dev/draingate/internal/waitapi"
 )
@@ -25,7 +29,7 @@ type metrics struct {
 	notInjected, notSized prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		wait: waitapi.NewMetrics(reg),
 		tracked: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -58,6 +62,65 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// certificateReady is draingate_webhook_certificate_ready, read from ready
+// at each scrape.
+func certificateReady(ready func() bool) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "draingate_webhook_certificate_ready",
+		Help: "1 once the webhook's certificate is loaded and (unless cert-manager manages it) trusted by the caBundle; while 0 the API server cannot call the webhook and admits pods without the agent.",
+	}, func() float64 {
+		if ready() {
+			return 1
+		}
+		return 0
+	})
+}
+
+// MetricNames names, sorted, every metric family a server with all its
+// parts on (the webhook, the shared route memory, every kind of route)
+// may export on /metrics, as the collectors it registers describe them;
+// a histogram by its family name (its series add _bucket, _sum and
+// _count). Nothing is opened or started. Alerts and dashboards may query
+// these (the chart's tests check its own against them).
+func MetricNames() []string {
+	var cs collected
+	m := newMetrics(&cs)
+	cs = append(cs, m.notInjected, m.notSized, certificateReady(func() bool { return false }))
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		defer close(ch)
+		for _, c := range cs {
+			c.Describe(ch)
+		}
+		ledger.Describe(ch)
+		for _, k := range Kinds() {
+			if d, ok := k.(route.Describer); ok {
+				d.Describe(ch)
+			}
+		}
+	}()
+	var names []string
+	for d := range ch {
+		// A Desc tells its name only in its String(), which starts
+		// Desc{fqName: "name", ...
+		if sm := descName.FindStringSubmatch(d.String()); sm != nil && !slices.Contains(names, sm[1]) {
+			names = append(names, sm[1])
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+var descName = regexp.MustCompile(`^Desc\{fqName: "([a-zA-Z_:][a-zA-Z0-9_:]*)"`)
+
+// collected is a prometheus.Registerer that keeps what is registered, for
+// MetricNames.
+type collected []prometheus.Collector
+
+func (c *collected) Register(x prometheus.Collector) error   { *c = append(*c, x); return nil }
+func (c *collected) MustRegister(xs ...prometheus.Collector) { *c = append(*c, xs...) }
+func (c *collected) Unregister(prometheus.Collector) bool    { return false }
 
 func (m *metrics) setTracked(n int) { m.tracked.Set(float64(n)) }
 

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,4 +37,32 @@ func TestBuildInfoMetric(t *testing.T) {
 		return
 	}
 	t.Error("no draingate_build_info metric")
+}
+
+// MetricNames names the metrics of every part, histograms by family, and
+// docs/reference.md lists each of draingate's own.
+func TestMetricNames(t *testing.T) {
+	names := MetricNames()
+	if !slices.IsSorted(names) {
+		t.Errorf("not sorted: %q", names)
+	}
+	for _, want := range []string{
+		"draingate_wait_seconds", "draingate_waits_total", "draingate_terminating_pods", "draingate_build_info",
+		"draingate_webhook_not_injected_total", "draingate_webhook_certificate_ready",
+		"draingate_ledger_writes_total", "draingate_elbv2_calls_total", "draingate_lb_senders_known",
+		"go_goroutines", "process_start_time_seconds",
+	} {
+		if !slices.Contains(names, want) {
+			t.Errorf("%s missing from %q", want, names)
+		}
+	}
+	ref, err := os.ReadFile("../../docs/reference.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "draingate_") && !strings.Contains(string(ref), "`"+n) {
+			t.Errorf("docs/reference.md does not list %s", n)
+		}
+	}
 }

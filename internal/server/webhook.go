@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -61,15 +60,7 @@ var certRetry = backoff.Policy{Min: time.Second, Max: 30 * time.Second}
 // failurePolicy, Ignore by default), starts the namespace cache and serves
 // the injector.
 func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func(net.Listener, http.Handler)) error {
-	s.o.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "draingate_webhook_certificate_ready",
-		Help: "1 once the webhook's certificate is loaded and (unless cert-manager manages it) trusted by the caBundle; while 0 the API server cannot call the webhook and admits pods without the agent.",
-	}, func() float64 {
-		if w.Certs.Ready() {
-			return 1
-		}
-		return 0
-	}))
+	s.o.Registry.MustRegister(certificateReady(w.Certs.Ready))
 	if _, err := s.cache.GetInformer(ctx, namespaceObject(), cache.BlockUntilSynced(false)); err != nil {
 		return fmt.Errorf("server: namespace informer: %w", err)
 	}

@@ -96,11 +96,7 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 	if err != nil {
 		return nil, err
 	}
-	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "draingate_elbv2_calls_total",
-		Help: "AWS API calls made by this replica, by action and result (ok, throttled, denied, error): the ELBv2 ones and EC2's DescribeNetworkInterfaces, " +
-			"which lists the load balancers' nodes. Every call, retries included, comes out of --aws-rate; each throttled ELBv2 one slows this replica's budget down for a while.",
-	}, []string{"action", "result"})
+	calls := newCalls()
 	if err := env.Registry.Register(calls); err != nil {
 		return nil, fmt.Errorf("target-group metrics: %w", err)
 	}
@@ -116,6 +112,22 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 		env.Log.Info("EC2 calls (the load balancers' nodes) go to --elbv2-endpoint, as no --ec2-endpoint is given", "endpoint", c.endpoint)
 	}
 	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log}), nil
+}
+
+// newCalls is draingate_elbv2_calls_total, the AWS calls by action and
+// result.
+func newCalls() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "draingate_elbv2_calls_total",
+		Help: "AWS API calls made by this replica, by action and result (ok, throttled, denied, error): the ELBv2 ones and EC2's DescribeNetworkInterfaces, " +
+			"which lists the load balancers' nodes. Every call, retries included, comes out of --aws-rate; each throttled ELBv2 one slows this replica's budget down for a while.",
+	}, []string{"action", "result"})
+}
+
+// Describe implements route.Describer: the metrics Open registers.
+func (c *Config) Describe(ch chan<- *prometheus.Desc) {
+	newCalls().Describe(ch)
+	ch <- sendersDesc
 }
 
 // nodeReader is what reads the load balancers' nodes: the EC2 client, or
