@@ -710,7 +710,9 @@ func testMetricNames(t *testing.T) {
 	expected := `
 # HELP draingate_waits_total Drain requests by outcome: the verdict's reason when released, else unreleased, canceled, unknown-pod, uid-mismatch or error.
 # TYPE draingate_waits_total counter
+draingate_waits_total{outcome="deadline"} 0
 draingate_waits_total{outcome="drained"} 1
+draingate_waits_total{outcome="no-routes"} 0
 draingate_waits_total{outcome="unknown-pod"} 1
 draingate_waits_total{outcome="unreleased"} 1
 # HELP draingate_wait_polls_in_flight Wait API long-polls being held (requests, not pods: an agent between two polls is not counted).
@@ -839,4 +841,21 @@ func TestMaxWaitingPerSource(t *testing.T) {
 			<-held
 		}
 	})
+}
+
+// The releases' series exist at 0 before the first release, so that an
+// alert on increase() sees a replica's first deadline release.
+func TestReleaseSeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	want := `
+# HELP draingate_waits_total Drain requests by outcome: the verdict's reason when released, else unreleased, canceled, unknown-pod, uid-mismatch or error.
+# TYPE draingate_waits_total counter
+draingate_waits_total{outcome="deadline"} 0
+draingate_waits_total{outcome="drained"} 0
+draingate_waits_total{outcome="no-routes"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "draingate_waits_total"); err != nil {
+		t.Error(err)
+	}
 }

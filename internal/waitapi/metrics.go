@@ -2,6 +2,8 @@ package waitapi
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"draingate.dev/draingate/api"
 )
 
 // Metrics are the wait API's Prometheus metrics. A nil *Metrics records
@@ -60,6 +62,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "draingate_wait_polls_in_flight",
 			Help: "Wait API long-polls being held (requests, not pods: an agent between two polls is not counted).",
 		}),
+	}
+	// The releases' series exist from the start, at 0, so that an alert
+	// on increase() counts a replica's first deadline release too (a
+	// series born at 1 shows no increase).
+	for _, r := range []api.Reason{api.ReasonDrained, api.ReasonDeadline, api.ReasonNoRoutes} {
+		m.Waits.WithLabelValues(string(r))
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Waits, m.WaitSeconds, m.PollsInFlight)

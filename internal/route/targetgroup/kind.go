@@ -115,13 +115,21 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 }
 
 // newCalls is draingate_elbv2_calls_total, the AWS calls by action and
-// result.
+// result. Every action's and result's series exists from the start, at 0,
+// so that an alert on increase() counts a replica's first throttled or
+// denied call too (a series born at 1 shows no increase).
 func newCalls() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "draingate_elbv2_calls_total",
 		Help: "AWS API calls made by this replica, by action and result (ok, throttled, denied, error): the ELBv2 ones and EC2's DescribeNetworkInterfaces, " +
 			"which lists the load balancers' nodes. Every call, retries included, comes out of --aws-rate; each throttled ELBv2 one slows this replica's budget down for a while.",
 	}, []string{"action", "result"})
+	for _, a := range []string{elbv2.DescribeTargetHealthAction, elbv2.DescribeTargetGroupsAction, elbv2.DescribeTargetGroupAttributesAction, elbv2.DescribeNetworkInterfacesAction} {
+		for _, r := range []string{"ok", "throttled", "denied", "error"} {
+			calls.WithLabelValues(a, r)
+		}
+	}
+	return calls
 }
 
 // Describe implements route.Describer: the metrics Open registers.

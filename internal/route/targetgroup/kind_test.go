@@ -10,6 +10,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func parsed(t *testing.T, args ...string) *Config {
@@ -77,5 +79,40 @@ func TestNodeReader(t *testing.T) {
 	}
 	if r := nodeReader(true, c); r == nil {
 		t.Error("evidence on: no reader")
+	}
+}
+
+// Every AWS call's series exists at 0 before the first call, so that an
+// alert on increase() sees a replica's first throttled or denied call.
+func TestCallSeriesStartAtZero(t *testing.T) {
+	calls := newCalls()
+	if n := testutil.CollectAndCount(calls); n != 16 {
+		t.Errorf("%d series before any call, want 16 (4 actions × 4 results)", n)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(calls)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var action, result string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "action":
+					action = l.GetValue()
+				case "result":
+					result = l.GetValue()
+				}
+			}
+			seen[action+" "+result] = m.GetCounter().GetValue() == 0
+		}
+	}
+	for _, k := range []string{"DescribeTargetHealth throttled", "DescribeTargetGroups denied", "DescribeNetworkInterfaces denied"} {
+		if !seen[k] {
+			t.Errorf("no draingate_elbv2_calls_total series at 0 for %s before any call: %v", k, seen)
+		}
 	}
 }
