@@ -289,12 +289,11 @@ func parseLooks(s string, sources []SourceTraffic) error {
 // looksOf reads one source's look counts n, from the entry of param that
 // holds them: no more pauses than looks, no more recent looks than looks.
 func looksOf(n []int, param, entry string) (all, recent Looks, err error) {
-	e := Quote(entry, maxQuoted)
 	if len(n) != 4 {
-		return Looks{}, Looks{}, badRequest("%s %s: want looks.pauses.recent looks.recent pauses", param, e)
+		return Looks{}, Looks{}, badRequest("%s %s: want looks.pauses.recent looks.recent pauses", param, Quote(entry, maxQuoted))
 	}
 	if n[1] > n[0] || n[3] > n[2] || n[2] > n[0] {
-		return Looks{}, Looks{}, badRequest("%s %s: more pauses than looks, or more recent looks than looks", param, e)
+		return Looks{}, Looks{}, badRequest("%s %s: more pauses than looks, or more recent looks than looks", param, Quote(entry, maxQuoted))
 	}
 	return Looks{N: n[0], Pauses: n[1]}, Looks{N: n[2], Pauses: n[3]}, nil
 }
@@ -353,21 +352,21 @@ func parseGaps(s string, sources []SourceTraffic) error {
 // Nil when none were counted, or only empty bins (a source of one
 // arrival).
 func gapsOf(n []int, looks int, param, entry string) ([]GapBin, error) {
-	e := Quote(entry, maxQuoted)
+	e := func() string { return Quote(entry, maxQuoted) } // for errors only
 	if len(n)%2 != 0 || len(n) > 2*GapBins {
-		return nil, badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", param, e, GapBins)
+		return nil, badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", param, e(), GapBins)
 	}
 	gaps, total := make([]GapBin, GapBins), 0
 	for j := 0; j < len(n); j += 2 {
 		bin, lo := j/2, 1<<(j/2)
 		if n[j+1] < n[j]*lo || bin < GapBins-1 && n[j+1] > n[j]*(2*lo-1) {
-			return nil, badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", param, e, n[j], bin, n[j+1])
+			return nil, badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", param, e(), n[j], bin, n[j+1])
 		}
 		gaps[bin] = GapBin{N: n[j], Sum: n[j+1]}
 		total += n[j]
 	}
 	if looks >= 0 && total > looks {
-		return nil, badRequest("%s %s: more gaps than looks (%d)", param, e, looks)
+		return nil, badRequest("%s %s: more gaps than looks (%d)", param, e(), looks)
 	}
 	if total == 0 {
 		return nil, nil
