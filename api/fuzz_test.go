@@ -24,6 +24,9 @@ func FuzzParseDrainRequest(f *testing.F) {
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250",
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250&traffic-looks=2.1.2.1",
 		"/v1/namespaces/n/pods/p/drain?traffic=1;w=300;s=10.0.0.1,80,2,210,100,110.210&traffic-every-us=100250&traffic-looks=2.1.2.1&traffic-gaps=0.0.1.2",
+		"/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D300%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100250&traffic-conns=3%2C1%2C110%2C0%2C110%2C0.0.0.0%2C",
+		"/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D300%3Bs%3D10.0.0.1%2C80%2C3%2C210%2C100%2C10.110.210%3Bs%3D10.0.0.2%2C80%2C1%2C5%2C0%2C5&traffic-every-us=100250&traffic-looks=2.0.2.0%2C0.0.0.0&traffic-conns=2%2C2%2C210%2C200%2C10.210%2C2.1.2.1%2C0.0.1.2%3B0",
+		"/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D300&traffic-every-us=100250&traffic-conns=",
 	} {
 		f.Add("GET", s)
 	}

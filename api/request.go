@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -50,10 +51,10 @@ func badRequest(format string, args ...any) error {
 
 // ParseDrainRequest reads a drain request from the method and URL of an HTTP
 // request. Its errors are *RequestError. Query parameters other than uid,
-// wait, traffic, traffic-every-us, traffic-looks and traffic-gaps (read
-// only beside traffic, the last two only beside traffic-every-us) are
-// ignored,
-// so a newer agent can still ask an older server.
+// wait, traffic, traffic-every-us, traffic-looks, traffic-gaps and
+// traffic-conns (read only beside traffic, the last three only beside
+// traffic-every-us) are ignored, so a newer agent can still ask an older
+// server.
 func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if method != "GET" {
 		return DrainRequest{}, &RequestError{
@@ -75,7 +76,7 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 	if err != nil {
 		return DrainRequest{}, badRequest("the query string is malformed: %v", err)
 	}
-	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam, trafficLooksParam, trafficGapsParam} {
+	for _, k := range []string{"uid", "wait", "traffic", trafficEveryParam, trafficLooksParam, trafficGapsParam, trafficConnsParam} {
 		if n := len(q[k]); n > 1 {
 			return DrainRequest{}, badRequest("query parameter %s is given %d times: give it once", k, n)
 		}
@@ -103,6 +104,11 @@ func ParseDrainRequest(method string, u *url.URL) (DrainRequest, error) {
 			}
 			if g, ok := q[trafficGapsParam]; ok {
 				if err := parseGaps(g[0], r.Traffic.Sources); err != nil {
+					return DrainRequest{}, err
+				}
+			}
+			if c, ok := q[trafficConnsParam]; ok {
+				if err := parseConns(c[0], r.Traffic); err != nil {
 					return DrainRequest{}, err
 				}
 			}
@@ -163,6 +169,11 @@ func (r DrainRequest) URL(base string) string {
 			if g := encodeGaps(r.Traffic.Sources); g != "" {
 				q.Set(trafficGapsParam, g)
 			}
+			if r.Traffic.ConnsCounted {
+				// Even empty (no sources): its presence says the agent
+				// counted, so that no entry means no new connection.
+				q.Set(trafficConnsParam, encodeConns(r.Traffic))
+			}
 		}
 	}
 	s := strings.TrimRight(base, "/") + r.Path()
@@ -206,18 +217,23 @@ func encodePerSource(sources []SourceTraffic, fields func(SourceTraffic) ([]int,
 			b.WriteString(",")
 		}
 		f, c := fields(s)
-		for j, v := range f {
-			if j > 0 {
-				b.WriteString(".")
-			}
-			b.WriteString(strconv.Itoa(min(max(v, 0), maxLooks)))
-		}
+		writeCounts(&b, f)
 		counted = counted || c
 	}
 	if !counted {
 		return ""
 	}
 	return b.String()
+}
+
+// writeCounts writes counts joined by '.', each from 0 to maxLooks.
+func writeCounts(b *strings.Builder, counts []int) {
+	for j, v := range counts {
+		if j > 0 {
+			b.WriteString(".")
+		}
+		b.WriteString(strconv.Itoa(min(max(v, 0), maxLooks)))
+	}
 }
 
 // perSource splits a per-source query parameter's value into its sources'
@@ -230,18 +246,28 @@ func perSource(s, param, what string, sources int) (f []string, counts [][]int, 
 	}
 	out := make([][]int, len(f))
 	for i, e := range f {
-		if e == "" {
-			continue
-		}
-		for _, x := range strings.Split(e, ".") {
-			c, err := strconv.Atoi(x)
-			if !digits(x) || err != nil || c > maxLooks {
-				return nil, nil, badRequest("%s %s: %s is not a count from 0 to %d", param, Quote(e, maxQuoted), Quote(x, maxQuoted), maxLooks)
-			}
-			out[i] = append(out[i], c)
+		if out[i], err = parseCounts(e, param, e); err != nil {
+			return nil, nil, err
 		}
 	}
 	return f, out, nil
+}
+
+// parseCounts reads s, counts from 0 to maxLooks joined by '.' (none when
+// empty); entry is the per-source entry that holds it, for errors.
+func parseCounts(s, param, entry string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for x := range strings.SplitSeq(s, ".") {
+		c, err := strconv.Atoi(x)
+		if !digits(x) || err != nil || c > maxLooks {
+			return nil, badRequest("%s %s: %s is not a count from 0 to %d", param, Quote(entry, maxQuoted), Quote(x, maxQuoted), maxLooks)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // parseLooks reads the traffic-looks parameter into sources (one entry
@@ -253,17 +279,23 @@ func parseLooks(s string, sources []SourceTraffic) error {
 		return err
 	}
 	for i, n := range entries {
-		e := Quote(f[i], maxQuoted)
-		if len(n) != 4 {
-			return badRequest("%s %s: want looks.pauses.recent looks.recent pauses", trafficLooksParam, e)
+		if sources[i].Looks, sources[i].RecentLooks, err = looksOf(n, trafficLooksParam, f[i]); err != nil {
+			return err
 		}
-		if n[1] > n[0] || n[3] > n[2] || n[2] > n[0] {
-			return badRequest("%s %s: more pauses than looks, or more recent looks than looks", trafficLooksParam, e)
-		}
-		sources[i].Looks = Looks{N: n[0], Pauses: n[1]}
-		sources[i].RecentLooks = Looks{N: n[2], Pauses: n[3]}
 	}
 	return nil
+}
+
+// looksOf reads one source's look counts n, from the entry of param that
+// holds them: no more pauses than looks, no more recent looks than looks.
+func looksOf(n []int, param, entry string) (all, recent Looks, err error) {
+	if len(n) != 4 {
+		return Looks{}, Looks{}, badRequest("%s %s: want looks.pauses.recent looks.recent pauses", param, Quote(entry, maxQuoted))
+	}
+	if n[1] > n[0] || n[3] > n[2] || n[2] > n[0] {
+		return Looks{}, Looks{}, badRequest("%s %s: more pauses than looks, or more recent looks than looks", param, Quote(entry, maxQuoted))
+	}
+	return Looks{N: n[0], Pauses: n[1]}, Looks{N: n[2], Pauses: n[3]}, nil
 }
 
 // trafficGapsParam is the query parameter of the sources' Gaps: per
@@ -276,16 +308,22 @@ const trafficGapsParam = "traffic-gaps"
 // EncodeTraffic writes; empty when none counted its gaps.
 func encodeGaps(sources []SourceTraffic) string {
 	return encodePerSource(sources, func(s SourceTraffic) ([]int, bool) {
-		bins := s.Gaps[:min(len(s.Gaps), GapBins)]
-		for len(bins) > 0 && bins[len(bins)-1] == (GapBin{}) {
-			bins = bins[:len(bins)-1]
-		}
-		var f []int
-		for _, g := range bins {
-			f = append(f, g.N, g.Sum)
-		}
-		return f, s.Gaps != nil
+		return gapFields(s.Gaps), s.Gaps != nil
 	})
+}
+
+// gapFields is gaps as traffic-gaps writes them: each bin's count and sum,
+// trailing empty bins left out.
+func gapFields(gaps []GapBin) []int {
+	bins := gaps[:min(len(gaps), GapBins)]
+	for len(bins) > 0 && bins[len(bins)-1] == (GapBin{}) {
+		bins = bins[:len(bins)-1]
+	}
+	var f []int
+	for _, g := range bins {
+		f = append(f, g.N, g.Sum)
+	}
+	return f
 }
 
 // parseGaps reads the traffic-gaps parameter into sources (one entry each):
@@ -297,26 +335,151 @@ func parseGaps(s string, sources []SourceTraffic) error {
 		return err
 	}
 	for i, n := range entries {
-		e := Quote(f[i], maxQuoted)
-		if len(n)%2 != 0 || len(n) > 2*GapBins {
-			return badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", trafficGapsParam, e, GapBins)
+		looks := sources[i].Looks.N
+		if looks == 0 {
+			looks = -1 // not counted (or one arrival, which has no gap)
 		}
-		gaps, total := make([]GapBin, GapBins), 0
-		for j := 0; j < len(n); j += 2 {
-			bin, lo := j/2, 1<<(j/2)
-			if n[j+1] < n[j]*lo || bin < GapBins-1 && n[j+1] > n[j]*(2*lo-1) {
-				return badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", trafficGapsParam, e, n[j], bin, n[j+1])
-			}
-			gaps[bin] = GapBin{N: n[j], Sum: n[j+1]}
-			total += n[j]
+		if sources[i].Gaps, err = gapsOf(n, looks, trafficGapsParam, f[i]); err != nil {
+			return err
 		}
-		if sources[i].Looks.N > 0 && total > sources[i].Looks.N {
-			return badRequest("%s %s: more gaps than looks (%d)", trafficGapsParam, e, sources[i].Looks.N)
+	}
+	return nil
+}
+
+// gapsOf reads one source's gap bins n, from the entry of param that holds
+// them: each bin's sum within what its count of gaps of its lengths can
+// make, no more gaps than looks (its Looks.N; negative: not counted).
+// Nil when none were counted, or only empty bins (a source of one
+// arrival).
+func gapsOf(n []int, looks int, param, entry string) ([]GapBin, error) {
+	e := func() string { return Quote(entry, maxQuoted) } // for errors only
+	if len(n)%2 != 0 || len(n) > 2*GapBins {
+		return nil, badRequest("%s %s: want up to %d pairs of a count and a sum, joined by '.'", param, e(), GapBins)
+	}
+	gaps, total := make([]GapBin, GapBins), 0
+	for j := 0; j < len(n); j += 2 {
+		bin, lo := j/2, 1<<(j/2)
+		if n[j+1] < n[j]*lo || bin < GapBins-1 && n[j+1] > n[j]*(2*lo-1) {
+			return nil, badRequest("%s %s: %d gaps of bin %d cannot sum to %d looks", param, e(), n[j], bin, n[j+1])
 		}
-		// None counted (or only empty bins: a source of one arrival).
-		if total > 0 {
-			sources[i].Gaps = gaps
+		gaps[bin] = GapBin{N: n[j], Sum: n[j+1]}
+		total += n[j]
+	}
+	if looks >= 0 && total > looks {
+		return nil, badRequest("%s %s: more gaps than looks (%d)", param, e(), looks)
+	}
+	if total == 0 {
+		return nil, nil
+	}
+	return gaps, nil
+}
+
+// trafficConnsParam is the query parameter of the sources' Open and
+// Traffic.NewConns, present when Traffic.ConnsCounted: per source, in the
+// order of the traffic parameter's, ';'-separated, its Open, followed
+// when it has an entry in NewConns by
+//
+//	,<arrivals>,<first ms>,<max gap ms>,<ages>,<looks>,<gaps>
+//
+// the first four as the traffic parameter writes a source's, looks as
+// traffic-looks and gaps as traffic-gaps (empty: no gap yet). Empty with
+// no sources.
+const trafficConnsParam = "traffic-conns"
+
+// maxConnsBytes bounds the traffic-conns parameter: every source at every
+// bound makes about 12 KB.
+const maxConnsBytes = 16 << 10
+
+// encodeConns writes the traffic-conns parameter of the sources that
+// EncodeTraffic writes. An entry of NewConns whose (Addr, Port) is not
+// one of theirs, or that has no arrivals, is left out.
+func encodeConns(t *Traffic) string {
+	byKey := make(map[netip.AddrPort]SourceTraffic, len(t.NewConns))
+	for _, n := range t.NewConns {
+		if n.Arrivals > 0 {
+			byKey[netip.AddrPortFrom(n.Addr, n.Port)] = n
 		}
+	}
+	var b strings.Builder
+	for i, s := range t.Sources {
+		if i == MaxTrafficSources {
+			break
+		}
+		if i > 0 {
+			b.WriteString(";")
+		}
+		writeCounts(&b, []int{s.Open})
+		n, ok := byKey[netip.AddrPortFrom(s.Addr, s.Port)]
+		if !ok {
+			continue
+		}
+		b.WriteString(",")
+		writeArrivals(&b, n)
+		b.WriteString(",")
+		writeCounts(&b, []int{n.Looks.N, n.Looks.Pauses, n.RecentLooks.N, n.RecentLooks.Pauses})
+		b.WriteString(",")
+		writeCounts(&b, gapFields(n.Gaps))
+	}
+	return b.String()
+}
+
+// parseConns reads the traffic-conns parameter into t (one entry per
+// source): the sources' Open, and NewConns, each entry checked as a
+// source's arrivals, looks and gaps are, and as a part of its source's
+// arrivals: no more of them, the first no older.
+func parseConns(s string, t *Traffic) error {
+	if len(s) > maxConnsBytes {
+		return badRequest("%s is %d bytes: at most %d", trafficConnsParam, len(s), maxConnsBytes)
+	}
+	t.ConnsCounted = true
+	if s == "" && len(t.Sources) == 0 {
+		return nil
+	}
+	f := strings.Split(s, ";")
+	if len(f) != len(t.Sources) {
+		return badRequest("%s gives %d sources' connections, the traffic %d", trafficConnsParam, len(f), len(t.Sources))
+	}
+	for i, e := range f {
+		src := &t.Sources[i]
+		open, rest, more := strings.Cut(e, ",")
+		n, err := parseCounts(open, trafficConnsParam, e)
+		if err != nil {
+			return err
+		}
+		if len(n) != 1 {
+			return badRequest("%s %s: want the count of open connections first", trafficConnsParam, Quote(e, maxQuoted))
+		}
+		src.Open = n[0]
+		if !more {
+			continue
+		}
+		g := strings.Split(rest, ",")
+		if len(g) != 6 {
+			return badRequest("%s %s: want open,arrivals,first,gap,ages,looks,gaps", trafficConnsParam, Quote(e, maxQuoted))
+		}
+		key := netip.AddrPortFrom(src.Addr, src.Port)
+		nc, err := parseArrivals(strings.Join(g[:4], ","), t.Watched)
+		if err != nil {
+			return badRequest("%s new connections from %s: %v", trafficConnsParam, key, err)
+		}
+		if nc.Arrivals > src.Arrivals || nc.First > src.First {
+			return badRequest("%s new connections from %s: %d arrivals since %s ago are not among the source's %d since %s ago",
+				trafficConnsParam, key, nc.Arrivals, nc.First, src.Arrivals, src.First)
+		}
+		if n, err = parseCounts(g[4], trafficConnsParam, e); err != nil {
+			return err
+		}
+		if nc.Looks, nc.RecentLooks, err = looksOf(n, trafficConnsParam, e); err != nil {
+			return err
+		}
+		if n, err = parseCounts(g[5], trafficConnsParam, e); err != nil {
+			return err
+		}
+		if nc.Gaps, err = gapsOf(n, nc.Looks.N, trafficConnsParam, e); err != nil {
+			return err
+		}
+		nc.Addr, nc.Port = src.Addr, src.Port
+		t.NewConns = append(t.NewConns, nc)
 	}
 	return nil
 }

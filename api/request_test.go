@@ -41,6 +41,9 @@ func TestParseDrainRequest(t *testing.T) {
 		}
 	}
 
+	// One source of 2 arrivals, the first 210 ms ago, in a watch of 900 ms
+	// looked at every 100 ms; then its traffic-conns.
+	const conns = "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-conns="
 	bad := []struct {
 		method, url string
 		status      int
@@ -86,6 +89,24 @@ func TestParseDrainRequest(t *testing.T) {
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=1.x", 400, "not a count"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-looks=3.1.2.1&traffic-gaps=4.4", 400, "more gaps than looks"},
 		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900%3Bs%3D10.0.0.1%2C80%2C2%2C210%2C100%2C110.210&traffic-every-us=100000&traffic-gaps=1.1&traffic-gaps=1.1", 400, "2 times"},
+		{"GET", "/v1/namespaces/n/pods/p/drain?traffic=1%3Bw%3D900&traffic-every-us=100000&traffic-conns=0", 400, "gives 1 sources' connections, the traffic 0"},
+		{"GET", conns + "1%3B2", 400, "gives 2 sources' connections, the traffic 1"},
+		{"GET", conns, 400, "want the count of open connections first"},
+		{"GET", conns + "1.2", 400, "want the count of open connections first"},
+		{"GET", conns + "x", 400, "not a count"},
+		{"GET", conns + "-1", 400, "not a count"},
+		{"GET", conns + "1,1,210,0", 400, "want open,arrivals,first,gap,ages,looks,gaps"},
+		{"GET", conns + "1,0,210,0,210,0.0.0.0,", 400, "count from 1"},
+		{"GET", conns + "1,1,1000,0,1000,0.0.0.0,", 400, "before the watch began"},
+		{"GET", conns + "1,3,210,100,110.210,2.0.2.0,2.2", 400, "not among the source's 2"},
+		{"GET", conns + "1,1,300,0,300,0.0.0.0,", 400, "not among the source's 2 since 210ms ago"},
+		{"GET", conns + "1,2,210,100,110.210,1.2.1.0,1.1", 400, "more pauses than looks"},
+		{"GET", conns + "1,2,210,100,110.210,1.0.1", 400, "want open,arrivals"},
+		{"GET", conns + "1,2,210,100,110.210,1.0.1.0,2.2", 400, "more gaps than looks (1)"},
+		{"GET", conns + "1,1,210,0,210,0.0.0.0,1.1", 400, "more gaps than looks (0)"},
+		{"GET", conns + "1,2,210,100,110.210,2.0.2.0,1.3", 400, "cannot sum"},
+		{"GET", conns + "1&traffic-conns=1", 400, "2 times"},
+		{"GET", conns + strings.Repeat("1", 17<<10), 400, "bytes"},
 	}
 	for _, c := range bad {
 		_, err := ParseDrainRequest(c.method, mustURL(t, c.url))
@@ -180,6 +201,46 @@ func TestDrainRequestURL(t *testing.T) {
 	if err != nil || back.Traffic.Sources[0].Gaps != nil {
 		t.Errorf("gap bins without an interval: got %+v, %v; want them ignored", back.Traffic, err)
 	}
+	// The open connections and the new ones travel beside the interval,
+	// one entry per source whenever the agent counted them: no new
+	// connection from a source is then a bare count of open ones, and an
+	// agent that counted with no source sends the parameter empty.
+	tr.Traffic.Sources[0].Open, tr.Traffic.Sources[1].Open = 3, 0
+	tr.Traffic.ConnsCounted = true
+	nc := SourceTraffic{Addr: netip.MustParseAddr("10.0.0.1"), Port: 80, Arrivals: 2, First: 800 * time.Millisecond,
+		Last: []time.Duration{200 * time.Millisecond, 800 * time.Millisecond}, MaxGap: 600 * time.Millisecond,
+		Looks: Looks{6, 1}, RecentLooks: Looks{6, 1}, Gaps: make([]GapBin, GapBins)}
+	nc.Gaps[2] = GapBin{1, 6}
+	tr.Traffic.NewConns = []SourceTraffic{nc,
+		// Not one of the sources: left out.
+		{Addr: netip.MustParseAddr("10.0.0.9"), Port: 80, Arrivals: 1, Last: []time.Duration{0}}}
+	got = tr.URL("http://g")
+	if !strings.Contains(got, "&traffic-conns=3%2C2%2C800%2C600%2C200.800%2C6.1.6.1%2C0.0.0.0.1.6%3B0&") {
+		t.Errorf("URL with connections = %s, want traffic-conns=3,2,800,600,200.800,6.1.6.1,0.0.0.0.1.6;0", got)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, got))
+	tr.Traffic.NewConns = tr.Traffic.NewConns[:1]
+	if err != nil || !reflect.DeepEqual(back.Traffic, tr.Traffic) {
+		t.Errorf("round trip of %s: got %+v, %v", got, back.Traffic, err)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, strings.Replace(got, "traffic-every-us=100125&", "", 1)))
+	if err != nil || back.Traffic.ConnsCounted || back.Traffic.NewConns != nil || back.Traffic.Sources[0].Open != 0 {
+		t.Errorf("connections without an interval: got %+v, %v; want them ignored", back.Traffic, err)
+	}
+	tr.Traffic.ConnsCounted = false
+	if got := tr.URL("http://g"); strings.Contains(got, "traffic-conns") {
+		t.Errorf("URL without counted connections = %s: want no traffic-conns", got)
+	}
+	none := DrainRequest{Namespace: "n", Pod: "p", Traffic: &Traffic{Watched: time.Second, Every: 100 * time.Millisecond, ConnsCounted: true}}
+	got = none.URL("http://g")
+	if !strings.HasSuffix(got, "&traffic-conns=&traffic-every-us=100000") {
+		t.Errorf("URL of counted connections without sources = %s, want traffic-conns empty", got)
+	}
+	back, err = ParseDrainRequest("GET", mustURL(t, got))
+	if err != nil || !reflect.DeepEqual(back.Traffic, none.Traffic) {
+		t.Errorf("round trip of %s: got %+v, %v", got, back.Traffic, err)
+	}
+
 	for g, want := range map[int]int{1: 0, 2: 1, 3: 1, 4: 2, 127: 6, 128: 7, 5000: 7} {
 		if got := GapBinOf(g); got != want {
 			t.Errorf("GapBinOf(%d) = %d, want %d", g, got, want)
@@ -198,9 +259,10 @@ func mustURL(t *testing.T, s string) *url.URL {
 
 // TestFullSummaryURLFits: a summary at every bound (MaxTrafficSources
 // IPv6 sources with MaxTrafficAges ages each, look counts and every gap bin
-// full, ages of a week) makes a URL of about 14 KB, under half the 64 KiB
-// of headers the gate server accepts (internal/server); a usual one (IPv4,
-// a few sources) is a small fraction of that.
+// full, ages of a week, and as much again of new connections) makes a URL
+// of about 26 KB, under half the 64 KiB of headers the gate server accepts
+// (internal/server); a usual one (IPv4, a few sources) is a small fraction
+// of that.
 func TestFullSummaryURLFits(t *testing.T) {
 	week := 7 * 24 * time.Hour
 	tr := &Traffic{Watched: week, Every: 100125 * time.Microsecond,
@@ -218,9 +280,16 @@ func TestFullSummaryURLFits(t *testing.T) {
 			s.Gaps = append(s.Gaps, GapBin{N: 1 << 18, Sum: (1 << 18) << j})
 		}
 		tr.Sources = append(tr.Sources, s)
+		s.Open = 0
+		tr.NewConns = append(tr.NewConns, s)
+		tr.Sources[i].Open = 1 << 20
 	}
+	tr.ConnsCounted = true
 	u := DrainRequest{Namespace: strings.Repeat("n", 63), Pod: strings.Repeat("p", 253), UID: "3f1c2a9e-7b1d-4c8e-9a6f-0d2b4e6f8a10", Wait: 30 * time.Second, Traffic: tr}.URL("http://draingate.draingate-system.svc:8080")
-	t.Logf("a full summary's URL: %d bytes", len(u))
+	t.Logf("a full summary's URL: %d bytes, traffic-conns %d before escaping", len(u), len(encodeConns(tr)))
+	if n := len(encodeConns(tr)); n > maxConnsBytes {
+		t.Errorf("a full traffic-conns is %d bytes: over the %d the server takes", n, maxConnsBytes)
+	}
 	if len(u) > 32<<10 {
 		t.Errorf("a full summary's URL is %d bytes: over 32 KiB", len(u))
 	}

@@ -50,6 +50,24 @@ type Traffic struct {
 	// probes come from. The server counts them as the node's addresses. At
 	// most MaxTrafficGateways.
 	Gateways []netip.Addr
+	// NewConns is, for the sources in Sources that opened a new inbound
+	// connection while the agent watched, the looks that first saw one
+	// (the same (Addr, Port), in Sources' order, each summarised as a
+	// source is): a subset of the source's arrivals, each at that look's
+	// arrival time. Bytes on a connection already open are no new routing:
+	// an AWS NLB keeps passing a draining target the flows it had, and an
+	// HTTP/2 or gRPC stream stays open, while only a new connection says a
+	// load balancer node still sends the pod new flows. Open is zero.
+	// Unknown has no counterpart: its unseen opens are new connections
+	// already, and the left-out sources' arrivals count whole there.
+	NewConns []SourceTraffic
+	// ConnsCounted says the agent counted NewConns and the sources' Open:
+	// false from an older agent, whose NewConns is nil and Open zero
+	// whatever its pod received. With it, a source without an entry in
+	// NewConns opened no connection since the watch began. Both travel in
+	// their own query parameter beside Every's (DrainRequest.URL), which
+	// an older server ignores.
+	ConnsCounted bool
 }
 
 // SourceTraffic is what one remote address sent to one local port.
@@ -81,6 +99,11 @@ type SourceTraffic struct {
 	// source's). Nil: not counted (an older agent, Traffic.Unknown). It
 	// travels in its own query parameter, which an older server ignores.
 	Gaps []GapBin
+	// Open is how many inbound connections from the source were
+	// established (open both ways) at the agent's latest look, counted
+	// when Traffic.ConnsCounted: the flows a load balancer still keeps to
+	// the pod. Zero in NewConns and Traffic.Unknown.
+	Open int
 }
 
 // GapBins is how many bins SourceTraffic.Gaps has: bin j holds the gaps of

@@ -58,6 +58,27 @@
 //     make each load balancer's closing of its connections look like
 //     traffic.
 //
+// # New connections
+//
+// Bytes on a connection already open are no new routing: an AWS NLB keeps
+// passing a draining target the flows it had, and an HTTP/2 or gRPC stream
+// stays open, while only a new connection says a load balancer node still
+// sends the pod new flows. So per source the Watcher also counts, apart,
+// the looks that saw a new inbound connection from it: a cookie not seen
+// before (the kernel never reuses one), after the baseline, whatever its
+// state (the TIME_WAIT and FIN_WAIT2 ones above included); never bytes on
+// a known connection, nor a baseline connection. Such a look counts at the
+// time of the source's arrival in it (its latest receipt, which may be on
+// another connection), so the looks with new connections are a part of
+// the source's arrivals, at the same times, and the server can fit them
+// with the same functions. Unknown has no such series: the connections
+// nobody saw open are new ones already, and a source left out of the
+// summary, or past maxKeys, counts there whole; where the package cannot
+// tell, an arrival is thus weighed as a new connection, never the other
+// way. The Watcher also counts, per listed source, its inbound connections
+// that were ESTABLISHED (open both ways) at the latest look: the flows a
+// load balancer still keeps to the pod (api.SourceTraffic.Open).
+//
 // # Unknown arrivals
 //
 // A connection that opens and vanishes between two samples is never seen.
@@ -74,9 +95,13 @@
 // # Summary and bounds
 //
 // Per remote address and local port the Watcher keeps the number of
-// arrivals, the first one's time and the latest api.MaxTrafficAges times.
-// Summary gives them as ages before the moment asked about, with the time
-// watched since the baseline. It lists at most api.MaxTrafficSources
+// arrivals, the first one's time and the latest api.MaxTrafficAges times,
+// and the same of its looks with new connections. Summary gives them as
+// ages before the moment asked about, with the time watched since the
+// baseline; the new connections (api.Traffic.NewConns) and the open ones
+// only with the mean time between looks (api.Traffic.Every), beside which
+// they travel, and then always (api.Traffic.ConnsCounted), so that a source
+// without new connections is told from an agent that did not count them. It lists at most api.MaxTrafficSources
 // sources, those with the most arrivals (ties: the most recent last
 // arrival, then the lower address and port); the arrivals of the sources
 // left out go to Unknown, and the server, seeing the summary at its bound,

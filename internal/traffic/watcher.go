@@ -56,6 +56,10 @@ type Watcher struct {
 
 	keys    map[source]*record
 	unknown record
+	// newConns is, per source of keys, the looks that saw a new inbound
+	// connection from it (api.Traffic.NewConns): a part of its arrivals,
+	// so bounded by keys.
+	newConns map[source]*record
 }
 
 // source is whom an arrival is from: the remote address and the pod's own
@@ -99,7 +103,7 @@ type record struct {
 // NewWatcher returns a Watcher taking its snapshots from read (Read, or a
 // test's script).
 func NewWatcher(read func() (Snapshot, error)) *Watcher {
-	return &Watcher{read: read, conns: map[uint64]seen{}, keys: map[source]*record{}}
+	return &Watcher{read: read, conns: map[uint64]seen{}, keys: map[source]*record{}, newConns: map[source]*record{}}
 }
 
 // Sample takes one snapshot and counts what arrived since the previous
@@ -161,10 +165,12 @@ func (w *Watcher) PassiveOpensErr() error {
 	return w.passiveErr
 }
 
-// arrival is one arrival found by a sample.
+// arrival is one arrival found by a sample; newConn says it was a
+// connection not seen before (or, merged, that one of the source's was).
 type arrival struct {
-	src source
-	at  time.Time
+	src     source
+	at      time.Time
+	newConn bool
 }
 
 // apply folds one successful snapshot into the watch: the ports listening,
@@ -234,7 +240,7 @@ func (w *Watcher) track(conns []Conn, now time.Time) ([]arrival, uint64) {
 			}
 			if s.inbound {
 				if at, ok := w.grew(prev, c, now); ok {
-					found = append(found, arrival{s.src, at})
+					found = append(found, arrival{s.src, at, false})
 				}
 			}
 		default:
@@ -252,7 +258,11 @@ func (w *Watcher) track(conns []Conn, now time.Time) ([]arrival, uint64) {
 				passiveSeen++
 			}
 			if s.inbound {
-				found = append(found, arrival{s.src, w.arrivedNew(c, now)})
+				// A cookie not seen before is a connection that
+				// opened since the previous sample, whatever its
+				// state (TIME_WAIT included): the kernel never
+				// reuses one.
+				found = append(found, arrival{s.src, w.arrivedNew(c, now), true})
 			}
 		}
 		next[c.Cookie] = s
@@ -294,24 +304,33 @@ func (w *Watcher) unseenOpens(snap Snapshot, passiveSeen uint64) uint64 {
 // onePerSource keeps one arrival per source, the latest, in time order: the
 // server fits the share of samples that found data (api.Traffic.Every),
 // which several connections of one source (a load balancer node's) must not
-// inflate. It reuses found's array.
+// inflate. The arrival kept is a new connection's when any of the source's
+// was: the look saw one, and its time is the source's latest receipt, so
+// that the looks with new connections are a subset of the source's
+// arrivals, at the same times. It reuses found's array.
 func onePerSource(found []arrival) []arrival {
 	slices.SortStableFunc(found, func(a, b arrival) int { return a.at.Compare(b.at) })
 	latest := make(map[source]int, len(found))
+	newConn := map[source]bool{}
 	for i, a := range found {
 		latest[a.src] = i
+		if a.newConn {
+			newConn[a.src] = true
+		}
 	}
 	merged := found[:0]
 	for i, a := range found {
 		if latest[a.src] == i {
+			a.newConn = newConn[a.src]
 			merged = append(merged, a)
 		}
 	}
 	return merged
 }
 
-// count adds a sample's arrivals to their sources' records, a source past
-// maxKeys's to Unknown, and the unseen passive opens to Unknown at now.
+// count adds a sample's arrivals to their sources' records (a new
+// connection's to its source's newConns too), a source past maxKeys's to
+// Unknown, and the unseen passive opens to Unknown at now.
 func (w *Watcher) count(found []arrival, unseen uint64, now time.Time) {
 	for _, a := range found {
 		r := w.keys[a.src]
@@ -325,6 +344,15 @@ func (w *Watcher) count(found []arrival, unseen uint64, now time.Time) {
 		}
 		r.add(a.at, 1)
 		r.looked(w.looks - 1)
+		if a.newConn {
+			n := w.newConns[a.src]
+			if n == nil {
+				n = &record{}
+				w.newConns[a.src] = n
+			}
+			n.add(a.at, 1)
+			n.looked(w.looks - 1)
+		}
 	}
 	if unseen > 0 {
 		w.unknown.add(now, int(min(unseen, maxArrivals)))
@@ -522,6 +550,9 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	if w.looks > 1 {
 		t.Every = w.last.Sub(w.start) / time.Duration(w.looks-1)
 	}
+	// NewConns and Open travel beside Every (which a clock standing still
+	// can leave zero); before a second look nothing is new.
+	t.ConnsCounted = t.Every > 0
 
 	srcs := make([]source, 0, len(w.keys))
 	for s := range w.keys {
@@ -552,6 +583,12 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 		}
 		return st
 	}
+	open := map[source]int{}
+	for _, c := range w.conns {
+		if c.inbound && c.state == Established {
+			open[c.src]++
+		}
+	}
 	unknown := w.unknown
 	unknown.latest = slices.Clone(unknown.latest)
 	for i, s := range srcs {
@@ -559,12 +596,21 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 		if i >= api.MaxTrafficSources {
 			// Left out of the summary but not of the evidence: with
 			// the summary at its bound, the server weighs Unknown as
-			// one more source on every route.
+			// one more source on every route. Its new connections
+			// count there as arrivals, the safe side.
 			unknown.merge(r)
 			continue
 		}
 		st := summarise(r)
 		st.Addr, st.Port = s.addr, s.port
+		if n := w.newConns[s]; t.ConnsCounted {
+			st.Open = open[s]
+			if n != nil {
+				nt := summarise(n)
+				nt.Addr, nt.Port = s.addr, s.port
+				t.NewConns = append(t.NewConns, nt)
+			}
+		}
 		t.Sources = append(t.Sources, st)
 	}
 	if unknown.arrivals > 0 {

@@ -87,6 +87,12 @@ func withLooks(s api.SourceTraffic, all, recent api.Looks) api.SourceTraffic {
 	return s
 }
 
+// withOpen sets a source's established connections at the latest look.
+func withOpen(s api.SourceTraffic, open int) api.SourceTraffic {
+	s.Open = open
+	return s
+}
+
 // withGaps sets a source's gap bins.
 func withGaps(s api.SourceTraffic, set map[int]api.GapBin) api.SourceTraffic {
 	s.Gaps = gapBins(set)
@@ -105,7 +111,16 @@ func check(t *testing.T, got *api.Traffic, want api.Traffic) {
 	roundTrip(t, got)
 }
 
+// roundTrip checks s passes the server's parsers, alone and in a drain
+// request.
 func roundTrip(t *testing.T, s *api.Traffic) {
+	t.Helper()
+	roundTripTraffic(t, s)
+	roundTripRequest(t, s)
+}
+
+// roundTripTraffic checks s passes ParseTraffic once encoded.
+func roundTripTraffic(t *testing.T, s *api.Traffic) {
 	t.Helper()
 	enc := api.EncodeTraffic(s)
 	p, err := api.ParseTraffic(enc)
@@ -113,6 +128,27 @@ func roundTrip(t *testing.T, s *api.Traffic) {
 		t.Fatalf("summary %+v encodes as %q, which ParseTraffic refuses: %v", *s, enc, err)
 	}
 	if len(p.Sources) != len(s.Sources) || p.Unknown.Arrivals != s.Unknown.Arrivals {
+		t.Fatalf("summary %+v came back as %+v", *s, *p)
+	}
+}
+
+// roundTripRequest sends s as a drain request's traffic, with its
+// optional parameters (traffic-conns among them), through the server's
+// parser.
+func roundTripRequest(t *testing.T, s *api.Traffic) {
+	t.Helper()
+	enc := api.DrainRequest{Namespace: "n", Pod: "p", Traffic: s}.URL("http://g")
+	u, err := url.Parse(enc)
+	if err != nil {
+		t.Fatalf("summary %+v encodes as %q, which is no URL: %v", *s, enc, err)
+	}
+	r, err := api.ParseDrainRequest("GET", u)
+	if err != nil {
+		t.Fatalf("summary %+v encodes as %q, which ParseDrainRequest refuses: %v", *s, enc, err)
+	}
+	p := r.Traffic
+	if len(p.Sources) != len(s.Sources) || p.Unknown.Arrivals != s.Unknown.Arrivals ||
+		len(p.NewConns) != len(s.NewConns) || p.ConnsCounted != s.ConnsCounted {
 		t.Fatalf("summary %+v came back as %+v", *s, *p)
 	}
 }
@@ -144,14 +180,21 @@ func TestWatcherCountsArrivals(t *testing.T) {
 	sc.conns(a, b, c)
 	sample(t, w, 2)
 
+	// The new connections are also the looks that saw them (c's growth
+	// is not one); a's growth is an arrival only. All three are open.
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 300 * time.Millisecond,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withGaps(withLooks(withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart),
-			src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond),
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart), 1),
+			withOpen(src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond), 1),
+			withOpen(src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond), 1),
+		},
+		NewConns: []api.SourceTraffic{
+			src("10.0.0.3", 9090, 1, 200*time.Millisecond, 200*time.Millisecond),
 			src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond),
 		},
+		ConnsCounted: true,
 	})
 	if got := w.Listening(); !reflect.DeepEqual(got, []uint16{8080, 9090}) {
 		t.Errorf("Listening() = %v", got)
@@ -184,9 +227,11 @@ func TestWatcherIgnoresInPodAndOutbound(t *testing.T) {
 	)
 	sample(t, w, 1)
 	check(t, w.Summary(at(1)), api.Traffic{
-		Watched: tick,
-		Every:   tick,
-		Sources: []api.SourceTraffic{src("10.0.0.9", 8080, 1, 0, 0)},
+		Watched:      tick,
+		Every:        tick,
+		Sources:      []api.SourceTraffic{withOpen(src("10.0.0.9", 8080, 1, 0, 0), 1)},
+		NewConns:     []api.SourceTraffic{src("10.0.0.9", 8080, 1, 0, 0)},
+		ConnsCounted: true,
 	})
 }
 
@@ -204,10 +249,12 @@ func TestWatcherUnknownArrivals(t *testing.T) {
 	)
 	sample(t, w, 1)
 	check(t, w.Summary(at(1)), api.Traffic{
-		Watched: tick,
-		Every:   tick,
-		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 0, 0)},
-		Unknown: api.SourceTraffic{Arrivals: 3, First: 0, Last: []time.Duration{0, 0, 0}},
+		Watched:      tick,
+		Every:        tick,
+		Sources:      []api.SourceTraffic{withOpen(src("10.0.0.1", 8080, 1, 0, 0), 1)},
+		Unknown:      api.SourceTraffic{Arrivals: 3, First: 0, Last: []time.Duration{0, 0, 0}},
+		NewConns:     []api.SourceTraffic{src("10.0.0.1", 8080, 1, 0, 0)},
+		ConnsCounted: true,
 	})
 	sample(t, w, 2) // nothing new
 
@@ -226,10 +273,12 @@ func TestWatcherUnknownArrivals(t *testing.T) {
 		t.Errorf("PassiveOpensErr() = %v once the counter is back", w.PassiveOpensErr())
 	}
 	check(t, w.Summary(at(5)), api.Traffic{
-		Watched: 5 * tick,
-		Every:   tick,
-		Sources: []api.SourceTraffic{src("10.0.0.1", 8080, 1, 4*tick, 4*tick)},
-		Unknown: api.SourceTraffic{Arrivals: 4, First: 4 * tick, Last: []time.Duration{0, 4 * tick, 4 * tick, 4 * tick}, MaxGap: 4 * tick},
+		Watched:      5 * tick,
+		Every:        tick,
+		Sources:      []api.SourceTraffic{withOpen(src("10.0.0.1", 8080, 1, 4*tick, 4*tick), 1)},
+		Unknown:      api.SourceTraffic{Arrivals: 4, First: 4 * tick, Last: []time.Duration{0, 4 * tick, 4 * tick, 4 * tick}, MaxGap: 4 * tick},
+		NewConns:     []api.SourceTraffic{src("10.0.0.1", 8080, 1, 4*tick, 4*tick)},
+		ConnsCounted: true,
 	})
 
 	// A counter that went backwards (it cannot) counts nothing.
@@ -265,6 +314,7 @@ func TestWatcherPeerFIN(t *testing.T) {
 	sc.conns(a, b, c, d)
 	sample(t, w, 2)
 
+	// b and c are new connections; none is open both ways any more.
 	check(t, w.Summary(at(2)), api.Traffic{
 		Watched: 2 * tick,
 		Every:   tick,
@@ -274,6 +324,11 @@ func TestWatcherPeerFIN(t *testing.T) {
 			src("10.0.0.4", 8080, 1, tick+40*time.Millisecond, tick+40*time.Millisecond),
 			src("10.0.0.3", 8080, 1, tick+50*time.Millisecond, tick+50*time.Millisecond),
 		},
+		NewConns: []api.SourceTraffic{
+			src("10.0.0.2", 8080, 1, tick, tick),
+			src("10.0.0.3", 8080, 1, tick+50*time.Millisecond, tick+50*time.Millisecond),
+		},
+		ConnsCounted: true,
 	})
 }
 
@@ -296,9 +351,11 @@ func TestWatcherTimeWait(t *testing.T) {
 	sample(t, w, 1)
 	sample(t, w, 2)
 	check(t, w.Summary(at(2)), api.Traffic{
-		Watched: 2 * tick,
-		Every:   tick,
-		Sources: []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
+		Watched:      2 * tick,
+		Every:        tick,
+		Sources:      []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
+		NewConns:     []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
+		ConnsCounted: true,
 	})
 }
 
@@ -338,11 +395,13 @@ func TestWatcherOlderKernels(t *testing.T) {
 		Watched: 2 * tick,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			src("10.0.0.1", 8080, 1, 10*time.Millisecond, 10*time.Millisecond),
-			src("10.0.0.2", 8080, 1, 20*time.Millisecond, 20*time.Millisecond),
-			src("10.0.0.3", 8080, 1, 30*time.Millisecond, 30*time.Millisecond),
+			withOpen(src("10.0.0.1", 8080, 1, 10*time.Millisecond, 10*time.Millisecond), 1),
+			withOpen(src("10.0.0.2", 8080, 1, 20*time.Millisecond, 20*time.Millisecond), 1),
+			withOpen(src("10.0.0.3", 8080, 1, 30*time.Millisecond, 30*time.Millisecond), 1),
 			src("10.0.0.4", 8080, 1, tick, tick),
 		},
+		NewConns:     []api.SourceTraffic{src("10.0.0.4", 8080, 1, tick, tick)},
+		ConnsCounted: true,
 	})
 }
 
@@ -375,6 +434,11 @@ func TestWatcherForgetsConnectionsKeepsPorts(t *testing.T) {
 			withGaps(withLooks(withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart),
 			src("10.0.0.2", 8080, 1, tick, tick),
 		},
+		NewConns: []api.SourceTraffic{
+			src("10.0.0.1", 8080, 1, 2*tick, 2*tick),
+			src("10.0.0.2", 8080, 1, tick, tick),
+		},
+		ConnsCounted: true,
 	})
 }
 
@@ -456,6 +520,22 @@ func TestWatcherBounds(t *testing.T) {
 	if u := s.Unknown; u.Arrivals != 36 || u.First != (n-33)*tick || len(u.Last) != api.MaxTrafficAges || u.Last[0] != 0 {
 		t.Errorf("unknown %+v, want the left-out sources' 36 arrivals", u)
 	}
+	// Every arrival was a new connection: NewConns is the listed sources
+	// again, in their order, and each has its latest one open.
+	if len(s.NewConns) != len(s.Sources) {
+		t.Fatalf("%d sources with new connections, want the %d listed", len(s.NewConns), len(s.Sources))
+	}
+	for i, nc := range s.NewConns {
+		want := s.Sources[i]
+		if want.Open != 1 {
+			t.Errorf("source %s: %d open, want 1", want.Addr, want.Open)
+		}
+		want.Open = 0
+		if !reflect.DeepEqual(nc, want) {
+			t.Errorf("new connections %+v, want as the source's arrivals %+v", nc, want)
+			break
+		}
+	}
 
 	// Ties: the most recent last arrival first, then the lower address and
 	// port.
@@ -483,8 +563,8 @@ func TestWatcherKeyCap(t *testing.T) {
 	}
 	sc.conns(cs...)
 	sample(t, w, 1)
-	if len(w.keys) != maxKeys {
-		t.Errorf("%d sources kept, want the cap %d", len(w.keys), maxKeys)
+	if len(w.keys) != maxKeys || len(w.newConns) != maxKeys {
+		t.Errorf("%d sources kept, %d with new connections, want the cap %d", len(w.keys), len(w.newConns), maxKeys)
 	}
 	s := w.Summary(at(1))
 	roundTrip(t, s)
@@ -496,6 +576,7 @@ func TestWatcherKeyCap(t *testing.T) {
 // Every summary of any sequence of samples passes the server's parser,
 // however odd the snapshots and clocks.
 func TestWatcherSummariesAlwaysParse(t *testing.T) {
+	withNew := 0
 	for seed := range uint64(100) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		addrs := []string{"10.0.0.1", "10.0.0.2", "127.0.0.1", "::1", "::ffff:10.0.0.3", "fd00::7", "0.0.0.0", podIP, "fe80::1%eth0"}
@@ -536,24 +617,41 @@ func TestWatcherSummariesAlwaysParse(t *testing.T) {
 		}
 		w := NewWatcher(read)
 		now := testStart
+		var latest time.Time // the latest sample's time, as the watcher keeps it
 		for range 300 {
 			// Mostly forward, sometimes standing still or going back.
 			now = now.Add(time.Duration(rng.Int64N(int64(300*time.Millisecond))) - 30*time.Millisecond)
 			if w.Sample(now) != nil {
-				w = NewWatcher(read)
+				w, latest = NewWatcher(read), time.Time{}
 				continue
+			}
+			if now.After(latest) {
+				latest = now
 			}
 			asked := now.Add(time.Duration(rng.Int64N(int64(time.Second))) - 100*time.Millisecond)
 			if rng.IntN(50) == 0 {
 				asked = now.Add(8 * 24 * time.Hour) // past the wire's week
 			}
 			if s := w.Summary(asked); s != nil {
-				roundTrip(t, s)
+				if asked.Before(latest) {
+					// Asked before the latest sample (the agent
+					// asks after it), Watched can be shorter than
+					// Every, which only ParseDrainRequest refuses.
+					roundTripTraffic(t, s)
+				} else {
+					roundTripRequest(t, s)
+				}
 				if len(s.Sources) > api.MaxTrafficSources {
 					t.Fatalf("seed %d: %d sources", seed, len(s.Sources))
 				}
+				if len(s.NewConns) > 0 {
+					withNew++
+				}
 			}
 		}
+	}
+	if withNew == 0 {
+		t.Error("no summary had new connections: the test misses traffic-conns")
 	}
 }
 
@@ -672,13 +770,19 @@ func TestWatcherOneArrivalPerSourceAndSample(t *testing.T) {
 	sc.conns(a, b, c)
 	sample(t, w, 3)
 
+	// The look that saw 10.0.0.1's third connection open is a new
+	// connection's at the source's latest receipt, not the new one's own
+	// (80 ms): a part of the source's arrivals. Two of its connections
+	// are still open.
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 3 * tick,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withGaps(withLooks(withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart),
-			src("10.0.0.1", 8080, 1, 2*tick+30*time.Millisecond, 2*tick+30*time.Millisecond),
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.2", 8080, 2, tick, 0, tick), tick), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart), 1),
+			withOpen(src("10.0.0.1", 8080, 1, 2*tick+30*time.Millisecond, 2*tick+30*time.Millisecond), 2),
 		},
+		NewConns:     []api.SourceTraffic{src("10.0.0.1", 8080, 1, 2*tick+30*time.Millisecond, 2*tick+30*time.Millisecond)},
+		ConnsCounted: true,
 	})
 	// A slow sampler's summary says its own pace.
 	sample(t, w, 6)
@@ -751,4 +855,85 @@ func gapBins(set map[int]api.GapBin) []api.GapBin {
 		g[j] = b
 	}
 	return g
+}
+
+// TestWatcherCountsNewConnections: per source, the looks that saw a new
+// connection are a series of their own, summarised as the source's
+// arrivals are. A load balancer node that keeps passing bytes on flows it
+// opened before the watch (an NLB to a draining target) has arrivals at
+// every look but new connections only where it opened one; a keep-alive
+// client has none; the connections open both ways at the latest look are
+// the source's Open.
+func TestWatcherCountsNewConnections(t *testing.T) {
+	w, sc := newScripted(8080)
+	keep := inbound(1, "10.0.0.1:5000", 8080, 10, time.Second) // keep-alive only
+	n0 := inbound(2, "10.0.0.2:5000", 8080, 10, time.Second)   // the node's flow from before
+	sc.conns(keep, n0)
+	sample(t, w, 0)
+
+	var n1, n2, n3 Conn
+	grow := func(c *Conn, lastRecv time.Duration) {
+		*c = inbound(c.Cookie, c.Remote.String(), 8080, c.Info.BytesReceived+100, lastRecv)
+	}
+	for k := 1; k <= 7; k++ {
+		grow(&keep, 0)
+		conns := []Conn{keep}
+		switch k {
+		case 1:
+			// A new connection with no data yet (at the sample's
+			// time) beside bytes on the old flow: one arrival, and
+			// the look saw a new connection.
+			grow(&n0, 40*time.Millisecond)
+			n1 = inbound(3, "10.0.0.2:5001", 8080, 0, 0)
+		case 2, 6:
+			grow(&n0, 0) // bytes on a known flow only
+		case 3:
+			grow(&n0, 0)
+			grow(&n1, 0)
+		case 4:
+			// A connection opened and closed by the pod between two
+			// samples, seen in TIME_WAIT, is new.
+			grow(&n0, 10*time.Millisecond)
+			n2 = Conn{Cookie: 4, State: TimeWait, Local: n0.Local, Remote: ap("10.0.0.2:5002")}
+		case 7:
+			// A new connection with data 20 ms ago; the flow's bytes
+			// came earlier; n1's peer closed (its FIN is no data).
+			grow(&n0, 50*time.Millisecond)
+			n1 = n1.in(CloseWait)
+			n1.Info = info(n1.Info.BytesReceived+1, time.Second)
+			n3 = inbound(5, "10.0.0.2:5003", 8080, 200, 20*time.Millisecond)
+		}
+		conns = append(conns, n0, n1)
+		if k >= 4 {
+			conns = append(conns, n2) // TIME_WAIT lingers, never new again
+		}
+		if k >= 7 {
+			conns = append(conns, n3)
+		}
+		sc.conns(conns...)
+		sample(t, w, k)
+	}
+
+	ms := time.Millisecond
+	check(t, w.Summary(at(8)), api.Traffic{
+		Watched: 8 * tick,
+		Every:   tick,
+		Sources: []api.SourceTraffic{
+			// Looks 1 to 7, none new: no entry in NewConns.
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.1", 8080, 7, 700*ms, 100*ms, 200*ms, 300*ms, 400*ms, 500*ms, 600*ms, 700*ms),
+				100*ms), api.Looks{N: 6}, api.Looks{N: 6}), map[int]api.GapBin{0: {N: 6, Sum: 6}}), 1),
+			// Looks 1, 2, 3, 4, 6 and 7; n0 and n3 are open both
+			// ways (n1 is in CLOSE_WAIT, n2 in TIME_WAIT).
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.2", 8080, 6, 700*ms, 120*ms, 200*ms, 400*ms, 500*ms, 600*ms, 700*ms),
+				200*ms), api.Looks{N: 6, Pauses: 1}, api.Looks{N: 6, Pauses: 1}), map[int]api.GapBin{0: {N: 4, Sum: 4}, 1: {N: 1, Sum: 2}}), 2),
+		},
+		// Looks 1, 4 and 7 saw a new connection from the node, each at
+		// the look's arrival: the latest receipt of any of its
+		// connections.
+		NewConns: []api.SourceTraffic{
+			withGaps(withLooks(withGap(src("10.0.0.2", 8080, 3, 700*ms, 120*ms, 400*ms, 700*ms),
+				300*ms), api.Looks{N: 6, Pauses: 2}, api.Looks{N: 6, Pauses: 2}), map[int]api.GapBin{1: {N: 2, Sum: 6}}),
+		},
+		ConnsCounted: true,
+	})
 }
