@@ -79,6 +79,14 @@ type Source struct {
 	Port  uint16
 	Class Class
 	Arrivals
+	// Conns are the arrivals that opened a new connection (a subset of
+	// Arrivals, sampled alike), and Open the connections from the source
+	// established at the agent's latest look; Conns is nil when the agent
+	// did not count them (an older agent), and then a route that weighs
+	// new connections only (Route.NewConns) weighs every arrival, which
+	// can only lengthen its wait.
+	Conns *Arrivals
+	Open  int
 }
 
 // Arrivals is a count of arrivals and when they came.
@@ -146,6 +154,10 @@ func Read(t *api.Traffic, now time.Time, node []netip.Addr, inCluster func(netip
 		// A summary at its bound merged the agent's other sources into
 		// Unknown.
 		UnknownHoldsSources: len(t.Sources) >= api.MaxTrafficSources}
+	conns := map[netip.AddrPort]api.SourceTraffic{}
+	for _, s := range t.NewConns {
+		conns[netip.AddrPortFrom(s.Addr, s.Port)] = s
+	}
 	for _, s := range t.Sources {
 		c := ClassRemote
 		switch {
@@ -154,18 +166,33 @@ func Read(t *api.Traffic, now time.Time, node []netip.Addr, inCluster func(netip
 		case inCluster != nil && inCluster(s.Addr):
 			c = ClassCluster
 		}
-		a := arrivalsAt(s, now)
-		// Only the sources count per look; Unknown counts every
-		// connection it could not see.
-		a.Every = t.Every
-		if t.Every > 0 {
-			a.Looks = Looks{N: s.Looks.N, Pauses: s.Looks.Pauses}
-			a.RecentLooks = Looks{N: s.RecentLooks.N, Pauses: s.RecentLooks.Pauses}
-			a.Gaps = s.Gaps
+		src := Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: sampled(s, t.Every, now)}
+		if t.ConnsCounted {
+			// A source without an entry opened no connection while the
+			// agent watched.
+			a := Arrivals{}
+			if n, ok := conns[netip.AddrPortFrom(s.Addr, s.Port)]; ok {
+				a = sampled(n, t.Every, now)
+			}
+			src.Conns, src.Open = &a, s.Open
 		}
-		ev.Sources = append(ev.Sources, Source{Addr: s.Addr, Port: s.Port, Class: c, Arrivals: a})
+		ev.Sources = append(ev.Sources, src)
 	}
 	return ev
+}
+
+// sampled is a listed source's arrivals at now, with the agent's count of
+// its looks when it sampled (every set). Only the sources count per look;
+// Unknown counts every connection it could not see.
+func sampled(s api.SourceTraffic, every time.Duration, now time.Time) Arrivals {
+	a := arrivalsAt(s, now)
+	a.Every = every
+	if every > 0 {
+		a.Looks = Looks{N: s.Looks.N, Pauses: s.Looks.Pauses}
+		a.RecentLooks = Looks{N: s.RecentLooks.N, Pauses: s.RecentLooks.Pauses}
+		a.Gaps = s.Gaps
+	}
+	return a
 }
 
 // arrivalsAt is a source's arrivals as the agent reported them at now.

@@ -730,3 +730,78 @@ func TestOnlyRegularSourcesAreTrusted(t *testing.T) {
 	}
 	t.Logf("trusted: round robin %d/100, random %d/100; refused: %s", regular, random, why)
 }
+
+// TestNewConnectionsOnly: an NLB keeps passing a draining target the
+// flows it opened before. A node whose old flow goes on carrying bytes
+// past the tail's end, and which opened its last new connection just
+// after the route went out, holds an NLB route (NewConns) only to the
+// tail's end, which the new connections alone set; the same arrivals hold
+// a route that weighs every arrival until they stop, and so does the NLB
+// route when the agent did not count connections (an older agent). A
+// node that opened no connection at all counts as unseen: no early close.
+func TestNewConnectionsOnly(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	rng := rand.New(rand.NewPCG(31, 32))
+	flow := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(3*tail)))
+	flow.CountConns, flow.Open = true, 2
+	for i, at := range flow.Times {
+		if i%7 == 0 && !at.After(outSince.Add(time.Second)) {
+			flow.Conns = append(flow.Conns, at)
+		}
+	}
+	nlb := func() evidence.Route {
+		r := tgOut(tail, outSince)
+		r.TailName, r.NewConns = "NLB", true
+		r.Senders = evidence.Senders{Known: true, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+		return r
+	}
+	until := outSince.Add(6 * tail)
+
+	at, c := closeTime(nlb(), outSince, until, 100*time.Millisecond, 0, nil, flow)
+	if at.IsZero() || at.After(outSince.Add(tail)) || at.Before(et.Last(et.Stream{Times: flow.Conns})) {
+		t.Errorf("NLB, new connections counted: closed at %v (%s), want by the tail's end %v, after the last new connection, whatever the old flow carries",
+			at, c.Detail, outSince.Add(tail))
+	}
+	if !strings.Contains(c.Why+c.Detail, "new connections") || !strings.Contains(c.Why+c.Detail, "2 established flows from the load balancer still open") {
+		t.Errorf("the release does not say it weighed new connections and saw the open flows: %s / %s", c.Why, c.Detail)
+	}
+
+	every := tgOut(tail, outSince)
+	every.Senders = nlb().Senders
+	if at, c := closeTime(every, outSince, until, 100*time.Millisecond, 0, nil, flow); !at.IsZero() && at.Before(et.Last(flow)) {
+		t.Errorf("every arrival weighed: closed at %v, before the flow's last bytes at %v: %s", at, et.Last(flow), c.Detail)
+	}
+
+	old := flow
+	old.CountConns = false
+	if at, c := closeTime(nlb(), outSince, until, 100*time.Millisecond, 0, nil, old); !at.IsZero() && at.Before(et.Last(flow)) {
+		t.Errorf("NLB, connections not counted (an older agent): closed at %v, before the flow's last bytes at %v: %s", at, et.Last(flow), c.Detail)
+	}
+
+	silent := flow
+	silent.Conns = nil
+	at, c = closeTime(nlb(), outSince, until, 100*time.Millisecond, 0, nil, silent)
+	if !at.Equal(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTail || !strings.Contains(c.Why, "no new connection on its ports") {
+		t.Errorf("NLB, a node that opened no connection: closed at %v by %q (%s), want at the tail's end by the tail, saying no connection opened", at, c.ClosedBy, c.Why)
+	}
+}
+
+// Read pairs each source with its new connections and open flows, and a
+// source without an entry opened none; an older agent's summary has none
+// counted.
+func TestReadNewConnections(t *testing.T) {
+	at := t0.Add(10 * time.Second)
+	a := et.Stream{Addr: "10.0.0.1", Port: 8080, Times: []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(3 * time.Second)},
+		CountConns: true, Conns: []time.Time{t0.Add(time.Second)}, Open: 1}
+	b := et.Stream{Addr: "10.0.0.2", Port: 8080, Times: []time.Time{t0.Add(4 * time.Second)}, CountConns: true, Open: 1}
+	ev := evidence.Read(et.Summary(at, nil, a, b), at, nil, nil, 0)
+	if len(ev.Sources) != 2 || ev.Sources[0].Conns == nil || ev.Sources[0].Conns.N != 1 || !ev.Sources[0].Conns.First.Equal(t0.Add(time.Second)) ||
+		ev.Sources[0].Open != 1 || ev.Sources[1].Conns == nil || ev.Sources[1].Conns.N != 0 || ev.Sources[1].Open != 1 {
+		t.Errorf("read %+v, want 10.0.0.1 with 1 new connection at %v, 10.0.0.2 with none, one open flow each", ev.Sources, t0.Add(time.Second))
+	}
+	a.CountConns, b.CountConns = false, false
+	if ev := evidence.Read(et.Summary(at, nil, a, b), at, nil, nil, 0); ev.Sources[0].Conns != nil || ev.Sources[1].Conns != nil {
+		t.Errorf("an older agent's summary read with new connections counted: %+v", ev.Sources)
+	}
+}

@@ -22,6 +22,14 @@ type Route struct {
 	// Ports are the pod's ports the route's traffic arrives on; empty,
 	// every port counts (which can only lengthen a wait).
 	Ports []uint16
+	// NewConns says the route's senders route flows, not requests (an AWS
+	// NLB): only a new connection shows a sender still routes to the pod.
+	// Bytes on a connection already open are the app's own to end (the
+	// load balancer keeps passing a draining target the flows it had), so
+	// they neither hold the route nor count as a sender seen. A source
+	// whose new connections were not counted (an older agent) weighs all
+	// its arrivals, which can only lengthen the wait.
+	NewConns bool
 	// Senders is who may send the route's traffic, as far as its owner
 	// knows.
 	Senders Senders
@@ -134,8 +142,12 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 // closed says what closed a route that closes now: the evidence, before or
 // past the tail's end, or the tail when the evidence left it to decide.
 func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail time.Duration) (by, detail, why string) {
-	quiet := fmt.Sprintf("quiet %s after %d arrivals from %s (%d fitted at %s, bound %s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
-		j.arrived, api.CountNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond))
+	arrivals, nothing, none := "arrivals", "nothing having arrived on its ports", "no traffic on its ports"
+	if j.conns {
+		arrivals, nothing, none = "new connections", "no new connection having opened on its ports", "no new connection on its ports"
+	}
+	quiet := fmt.Sprintf("quiet %s after %d %s from %s (%d fitted at %s, bound %s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
+		j.arrived, arrivals, api.CountNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond))
 	by = api.ClosedByTail
 	switch {
 	case j.closeAt.Before(end):
@@ -147,8 +159,8 @@ func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail t
 		detail = what + fmt.Sprintf(": open past the tail's end until %s, as %s", api.Stamp(j.closeAt), j.lengthened)
 		why = fmt.Sprintf("%s, %s past its tail's end", quiet, now.Sub(end).Round(100*time.Millisecond))
 	case j.sources == 0:
-		detail = what + ": closed at the tail's end, nothing having arrived on its ports"
-		why = fmt.Sprintf("its %s tail (%s; no traffic on its ports)", tailName, tail)
+		detail = what + ": closed at the tail's end, " + nothing
+		why = fmt.Sprintf("its %s tail (%s; %s)", tailName, tail, none)
 	case j.unknownBlocked:
 		detail = what + ": closed at the tail's end (as many arrivals of unknown source as attributed ones: the evidence does not shorten the tail)"
 		why = fmt.Sprintf("its %s tail (%s; too many arrivals of unknown source)", tailName, tail)
@@ -195,6 +207,12 @@ type quietJudgement struct {
 	// others counts the arrivals on the ports from remote sources that
 	// are not the route's senders (Senders.Known): shown, never weighed.
 	others int
+	// conns says the arrivals weighed are new connections (Route.NewConns,
+	// from an agent that counted them); open counts the flows from the
+	// route's senders still established at the agent's latest look: the
+	// app's to close, shown, never weighed.
+	conns bool
+	open  int
 	// untrusted, when set, says why the evidence may not close the route
 	// before its tail's end although every source it weighed was fitted:
 	// its senders are not known, one was not seen, or a source's shape
@@ -229,16 +247,25 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 	var weigh []Arrivals
 	seen := map[netip.Addr]bool{}
 	for _, s := range ev.Sources {
+		a := s.Arrivals
+		if r.NewConns && s.Conns != nil {
+			a = *s.Conns
+			j.conns = true
+			if s.Class == ClassRemote && (len(r.Ports) == 0 || slices.Contains(r.Ports, s.Port)) &&
+				(!r.Senders.Known || slices.Contains(r.Senders.Addrs, s.Addr)) {
+				j.open += s.Open
+			}
+		}
 		switch {
-		case len(r.Ports) > 0 && !slices.Contains(r.Ports, s.Port) || s.N <= 0:
+		case len(r.Ports) > 0 && !slices.Contains(r.Ports, s.Port) || a.N <= 0:
 		case s.Class == ClassCluster:
-			j.inCluster += s.N
+			j.inCluster += a.N
 		case s.Class != ClassRemote:
-			j.fromNode += s.N
+			j.fromNode += a.N
 		case r.Senders.Known && !slices.Contains(r.Senders.Addrs, s.Addr):
-			j.others += s.N
+			j.others += a.N
 		default:
-			weigh = append(weigh, s.Arrivals)
+			weigh = append(weigh, a)
 			seen[s.Addr] = true
 		}
 	}
@@ -358,7 +385,11 @@ func (j quietJudgement) describe(eps float64) string {
 	if eps <= 0 || eps >= 1 {
 		eps = DefaultEpsilon
 	}
-	s := fmt.Sprintf("%d arrivals from %s", j.arrived, api.CountNoun(j.sources, "source"))
+	what := "arrivals"
+	if j.conns {
+		what = "new connections"
+	}
+	s := fmt.Sprintf("%d %s from %s", j.arrived, what, api.CountNoun(j.sources, "source"))
 	if j.fitted > 0 {
 		s += fmt.Sprintf(" (%d fitted at %s, longest quiet bound %s at ε %.0e)", j.fitted, j.rates(), j.bound.Round(time.Millisecond), eps)
 	}
@@ -380,6 +411,10 @@ func (j quietJudgement) nodeNote() string {
 	}
 	if j.others > 0 {
 		s += fmt.Sprintf(", %d from addresses not the load balancer's not counted", j.others)
+	}
+	if j.open > 0 {
+		s += fmt.Sprintf(", %s from the load balancer still open (the app's to close; bytes on them are no new routing)",
+			api.CountNoun(j.open, "established flow"))
 	}
 	return s
 }

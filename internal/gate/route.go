@@ -54,6 +54,10 @@ type Observation struct {
 	// can only lengthen a wait. Without WeighTraffic the tail alone decides.
 	WeighTraffic bool
 	Ports        []uint16
+	// NewConns says only new connections are the route's traffic (an NLB
+	// routes flows: bytes on a flow it opened before are no new routing;
+	// evidence.Route.NewConns).
+	NewConns bool
 	// Senders is who may send the route's traffic, as far as its source
 	// knows (evidence.Senders): without a list, the evidence may lengthen
 	// the route's wait, never shorten it.
@@ -158,7 +162,8 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 	end := outSince.Add(tail)
 	r.Since, r.TailEnds = outSince, &end
 	if o.WeighTraffic {
-		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, Senders: o.Senders, What: o.What, Err: o.Err})
+		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, NewConns: o.NewConns,
+			Senders: o.Senders, What: o.What, Err: o.Err})
 		if ok {
 			r.Detail, r.QuietBy, r.AskBy = c.Detail, c.QuietBy, c.AskBy
 			if !c.Closed {

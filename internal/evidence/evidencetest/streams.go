@@ -28,6 +28,12 @@ type Stream struct {
 	Every  time.Duration
 	Origin time.Time
 	Count  bool
+	// CountConns says the agent counted new connections: Conns are the
+	// times of the arrivals that opened one (a subset of Times), Open the
+	// connections established at its report.
+	CountConns bool
+	Conns      []time.Time
+	Open       int
 }
 
 // Sampled is what an agent looking every `every` from origin reports of s:
@@ -285,7 +291,13 @@ func At(at time.Time, eps float64, unknown []time.Time, ss ...Stream) *evidence.
 				a.Looks, a.RecentLooks = LookCounts(s, a.N)
 				a.Gaps = GapCounts(s, a.N)
 			}
-			ev.Sources = append(ev.Sources, evidence.Source{Addr: netip.MustParseAddr(s.Addr), Port: s.Port, Class: s.Class, Arrivals: a})
+			src := evidence.Source{Addr: netip.MustParseAddr(s.Addr), Port: s.Port, Class: s.Class, Arrivals: a}
+			if s.CountConns {
+				c := Arrivals(s.Conns, at)
+				c.Every = s.Every
+				src.Conns, src.Open = &c, s.Open
+			}
+			ev.Sources = append(ev.Sources, src)
 		}
 	}
 	return ev
@@ -324,6 +336,14 @@ func Summary(at time.Time, unknown []time.Time, ss ...Stream) *api.Traffic {
 			st.Gaps = GapCounts(s, a.N)
 		}
 		t.Sources = append(t.Sources, st)
+		if s.CountConns {
+			t.ConnsCounted, t.Sources[len(t.Sources)-1].Open = true, s.Open
+			if c := Arrivals(s.Conns, at); c.N > 0 {
+				nc := ages(c, at)
+				nc.Addr, nc.Port = st.Addr, st.Port
+				t.NewConns = append(t.NewConns, nc)
+			}
+		}
 	}
 	return t
 }

@@ -450,6 +450,11 @@ func (s *Source) Close() {
 func (s *Source) Judge(state, reason, lbType string, wasRegistered bool) gate.Observation {
 	o := gate.Observation{Kind: Kind, Synced: true, State: state}
 	o.Tail, o.TailName = s.tail(lbType)
+	// An NLB routes flows: it keeps passing a draining target the flows
+	// it opened before, so only a new connection shows a node still
+	// routes to the pod. A load balancer of unknown type has all its
+	// arrivals weighed, which can only lengthen the wait.
+	o.NewConns = lbType == elbv2.TypeNetwork
 	if reason != "" {
 		reason = " (" + reason + ")"
 	}

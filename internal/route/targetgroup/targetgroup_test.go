@@ -63,19 +63,23 @@ func TestJudge(t *testing.T) {
 
 func TestTailByLoadBalancerType(t *testing.T) {
 	s := New(Options{ALBTail: time.Second, NLBTail: 2 * time.Second})
+	// Only an NLB's new connections are its traffic (it keeps passing a
+	// draining target the flows it had); any other type has every arrival
+	// weighed, which can only lengthen a wait.
 	for _, c := range []struct {
-		lbType string
-		tail   time.Duration
-		name   string
+		lbType   string
+		tail     time.Duration
+		name     string
+		newConns bool
 	}{
-		{elbv2.TypeApplication, time.Second, "ALB"},
-		{elbv2.TypeNetwork, 2 * time.Second, "NLB"},
-		{"", 2 * time.Second, "unknown type"},
-		{elbv2.TypeGateway, 2 * time.Second, `"gateway"`},
+		{elbv2.TypeApplication, time.Second, "ALB", false},
+		{elbv2.TypeNetwork, 2 * time.Second, "NLB", true},
+		{"", 2 * time.Second, "unknown type", false},
+		{elbv2.TypeGateway, 2 * time.Second, `"gateway"`, false},
 	} {
 		o := s.Judge("draining", "", c.lbType, true)
-		if o.Tail != c.tail || !strings.Contains(o.TailName, c.name) {
-			t.Errorf("type %q: tail %v %q, want %v naming %s", c.lbType, o.Tail, o.TailName, c.tail, c.name)
+		if o.Tail != c.tail || !strings.Contains(o.TailName, c.name) || o.NewConns != c.newConns {
+			t.Errorf("type %q: tail %v %q, new connections only %v; want %v naming %s, %v", c.lbType, o.Tail, o.TailName, o.NewConns, c.tail, c.name, c.newConns)
 		}
 	}
 	if s := New(Options{ALBTail: -time.Second}); s.Judge("draining", "", elbv2.TypeApplication, true).Tail != 0 {
