@@ -42,6 +42,8 @@ func state(p Pod) string {
 		return "released (" + string(p.Verdict.Reason) + ")"
 	case p.Verdict != nil:
 		return "waiting"
+	case p.DeletedAt.IsZero() && !p.Gone:
+		return "running"
 	case p.Injected == "":
 		return "no agent"
 	default:
@@ -54,6 +56,10 @@ func why(p Pod, now time.Time) string {
 	switch {
 	case p.Verdict != nil:
 		return fmt.Sprintf("%s (%s, %s ago)", p.Verdict.Message, p.Event, round(now.Sub(p.At)))
+	case p.DeletedAt.IsZero() && !p.Gone && p.Injected == "":
+		return "not being deleted; draingate did not inject its agent into this pod (no " + inject.AnnotationInjected + " annotation)"
+	case p.DeletedAt.IsZero() && !p.Gone:
+		return "not being deleted: its agent asks the gate when it terminates"
 	case p.Injected == "":
 		return "draingate did not inject its agent into this pod (no " + inject.AnnotationInjected + " annotation): its preStop hook does not ask the gate"
 	default:

@@ -62,6 +62,7 @@ func TestWriteTable(t *testing.T) {
 				{Kind: "endpointslice", Name: "web-abc", State: "closed", ClosedBy: api.ClosedByTail, Detail: "dropped, and the tail ended"}}}},
 		{Namespace: "shop", Name: "bare", UID: "u2", DeletedAt: now.Add(-3 * time.Second)},
 		{Namespace: "shop", Name: "silent", UID: "u3", DeletedAt: now.Add(-3 * time.Second), Injected: "v0.1.0"},
+		{Namespace: "shop", Name: "serving", UID: "u4", Injected: "v0.1.0"},
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, pods, now); err != nil {
@@ -74,6 +75,7 @@ func TestWriteTable(t *testing.T) {
 		"endpointslice/web-abc", "closed by its tail: dropped",
 		"shop/bare", "no agent", "did not inject",
 		"shop/silent", "not asked", "has not asked the gate server yet",
+		"shop/serving", "running", "not being deleted: its agent asks the gate when it terminates",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status printed no %q:\n%s", want, out)
