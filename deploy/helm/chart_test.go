@@ -368,6 +368,7 @@ func TestDefaultArgs(t *testing.T) {
 		"tail-endpointslice":     "5s",
 		"tail-alb":               "20s",
 		"tail-nlb":               "300s",
+		"tail-local-policy":      "60s",
 		"max-wait":               "30s",
 		"traffic-evidence":       "true",
 		"traffic-epsilon":        "1e-06",

@@ -50,7 +50,7 @@ func TestServeBadInput(t *testing.T) {
 		{[]string{"--inject-installer-limits=memroy=16Mi"}, nil, `"memroy" is not a container resource`},
 		{[]string{"--webhook-listen=127.0.0.1:0", "--agent-image=img", "--webhook-namespace=ns", "--inject-installer-requests=cpu"}, nil, "--inject-installer-requests: \"cpu\" is not name=quantity"},
 		{[]string{"--webhook-listen=127.0.0.1:0", "--agent-image=img", "--webhook-namespace=ns", "--inject-installer-requests=cpu=1", "--inject-installer-limits=cpu=100m"}, nil, "--inject-installer-requests cpu=1 is above --inject-installer-limits cpu=100m"},
-		{[]string{"--tail-endpointslice=0s", "--tail-alb=0s", "--tail-nlb=0s"}, nil, "are all zero"},
+		{[]string{"--tail-endpointslice=0s", "--tail-alb=0s", "--tail-nlb=0s", "--tail-local-policy=0s"}, nil, "are all zero"},
 		{[]string{"--log-format=xml"}, nil, "--log-format must be text or json"},
 		{[]string{"--log-level=verbose"}, nil, "--log-level must be debug, info, warn or error"},
 		{[]string{"--kube-api-qps=0"}, nil, "--kube-api-qps must be positive"},

@@ -56,12 +56,28 @@ const (
 	addressIndex = "draingate.addresses"
 )
 
+// DefaultLocalTail is how long a load balancer may still send a node's
+// traffic after the node's last ready endpoint of a Service with an
+// external traffic policy of Local went: its health checks of the node
+// take it out (the AWS Load Balancer Controller checks every 10 s and
+// takes the node out after 2 failures), and then it stops opening new
+// connections (users measured 30-40 s more on an NLB). See docs/facts.md,
+// "Other load balancers and in-cluster proxies".
+const DefaultLocalTail = 60 * time.Second
+
+// LocalTailAnnotation on a Service sets its Local-policy tail (a Go
+// duration), for a load balancer whose health checks are faster or slower
+// than the default assumes.
+const LocalTailAnnotation = "draingate.dev/local-policy-tail"
+
 // Source observes EndpointSlice routes. Make it with New.
 type Source struct {
-	tail   time.Duration
-	cache  cache.Cache
-	synced atomic.Bool
-	now    func() time.Time
+	tail time.Duration
+	// localTail is DefaultLocalTail's setting (--tail-local-policy).
+	localTail time.Duration
+	cache     cache.Cache
+	synced    atomic.Bool
+	now       func() time.Time
 
 	// left remembers, a tail long, the routes endpoints left: a pod taken
 	// off a Service (a selector flip) and deleted within the tail finds no
@@ -71,10 +87,11 @@ type Source struct {
 	left map[string]map[string]time.Time
 }
 
-// New returns a source whose routes take the given tail; a negative one
+// New returns a source whose routes take the given tail, and localTail
+// where a load balancer drains the pod's node (LocalTail); a negative one
 // counts as zero (the route closes as soon as it is out).
-func New(tail time.Duration) *Source {
-	return &Source{tail: max(tail, 0), now: time.Now, left: map[string]map[string]time.Time{}}
+func New(tail, localTail time.Duration) *Source {
+	return &Source{tail: max(tail, 0), localTail: max(localTail, 0), now: time.Now, left: map[string]map[string]time.Time{}}
 }
 
 // Kind implements route.Source.
@@ -86,11 +103,15 @@ func (s *Source) Kind() string { return Kind }
 // being created it will list: admission sizing, Selects).
 func (s *Source) Transform(obj any) (any, bool) {
 	if svc, ok := obj.(*corev1.Service); ok {
-		return &corev1.Service{
+		out := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion},
 			Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy,
 				InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, Selector: svc.Spec.Selector},
-		}, true
+		}
+		if v, ok := svc.Annotations[LocalTailAnnotation]; ok {
+			out.Annotations = map[string]string{LocalTailAnnotation: v}
+		}
+		return out, true
 	}
 	sl, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
@@ -350,29 +371,18 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		e, present := current[name]
 		fallback, nodeOnly := false, false
+		var svc *corev1.Service
 		if present && e.Terminating && e.Serving && e.Service != "" {
 			cluster, onNode := s.readyEndpoints(ctx, pod.Namespace, e.Service, pod.Spec.NodeName)
-			local := s.localPolicy(ctx, pod.Namespace, e.Service)
-			fallback = Fallback(cluster, onNode, local)
+			svc = s.service(ctx, pod.Namespace, e.Service)
+			fallback = Fallback(cluster, onNode, LocalPolicy(svc))
 			nodeOnly = fallback && cluster
 		}
 		o := Judge(e, present, fallback && !nodeOnly)
-		if nodeOnly {
-			// The Service's other ready endpoints are on other nodes, and
-			// its Local policy keeps this node's traffic here: kube-proxy
-			// sends it while it comes (a load balancer drains the node on
-			// its own health-check schedule, which nothing here sees). The
-			// pod's own traffic says when it stops: the route is out, and
-			// closes when its sources went quiet, the tail being a floor.
-			o.State, o.Out, o.WeighTraffic = StateTerminatingServing, true, true
-			// Who sends through the node (a load balancer's nodes, clients
-			// with their addresses kept) is not listed: the sources seen
-			// are taken for all of them.
-			o.Senders = evidence.Senders{SeenAreAll: true}
-			o.What = "the slice lists the pod's endpoint as terminating but serving, the last ready one on its node under the " +
-				"Service's Local traffic policy: kube-proxy there still sends it that node's traffic, until the traffic stops"
-		}
 		o.Name, o.Tail = name, s.tail
+		if nodeOnly {
+			o = NodeOnly(o, svc, s.tail, s.localTail)
+		}
 		out = append(out, o)
 	}
 	return out, nil
@@ -430,20 +440,75 @@ func (s *Source) readyEndpoints(ctx context.Context, ns, svc, node string) (clus
 	return cluster, onNode
 }
 
-// localPolicy reports whether kube-proxy serves the Service per node: its
-// internal traffic policy is Local, or it takes outside traffic (NodePort,
-// LoadBalancer) with an external traffic policy of Local. A Service not in
-// the cache counts as Cluster-wide.
-func (s *Source) localPolicy(ctx context.Context, ns, name string) bool {
+// service reads the Service from the cache; nil when it is not there.
+func (s *Source) service(ctx context.Context, ns, name string) *corev1.Service {
 	var svc corev1.Service
 	if err := s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	return &svc
+}
+
+// LocalPolicy reports whether kube-proxy serves the Service per node: its
+// internal traffic policy is Local, or it takes outside traffic (NodePort,
+// LoadBalancer) with an external traffic policy of Local. A Service not in
+// the cache (nil) counts as Cluster-wide.
+func LocalPolicy(svc *corev1.Service) bool {
+	if svc == nil {
 		return false
 	}
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 		return true
 	}
+	return externalLocal(svc)
+}
+
+// externalLocal says the Service takes outside traffic (NodePort,
+// LoadBalancer) with an external traffic policy of Local: a load balancer
+// in front of it sends to nodes with a local endpoint, and drains a node by
+// its health checks.
+func externalLocal(svc *corev1.Service) bool {
 	external := svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort
 	return external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+// NodeOnly is the route o of a pod whose endpoint is terminating but
+// serving and the last ready one on its node under the Service's Local
+// policy, the Service's other ready endpoints being on other nodes: that
+// node's kube-proxy still sends it the node's traffic, while it comes. The
+// route is out, and its pod's own traffic says when it stopped; the floor
+// is a load balancer's drain of the node when outside traffic comes
+// through it (externalLocal: LocalTail), else the EndpointSlice tail (an
+// internal Local policy: in-cluster clients on the node). Who sends
+// through the node (a load balancer's nodes, clients with their addresses
+// kept) cannot be listed: the evidence may lengthen the wait, never
+// shorten it.
+func NodeOnly(o gate.Observation, svc *corev1.Service, tail, localTail time.Duration) gate.Observation {
+	o.State, o.Out, o.WeighTraffic = StateTerminatingServing, true, true
+	o.What = "the slice lists the pod's endpoint as terminating but serving, the last ready one on its node under the " +
+		"Service's Local traffic policy: kube-proxy there still sends it that node's traffic, until the traffic stops"
+	o.Senders = evidence.Senders{Why: "who sends through the node under a Local traffic policy cannot be listed"}
+	if svc != nil && externalLocal(svc) {
+		d, why := LocalTail(svc, localTail)
+		o.Tail, o.TailName = max(d, tail), "Local-policy node drain"+why
+	}
+	return o
+}
+
+// LocalTail is how long a load balancer may still send the traffic of a
+// node whose last ready endpoint of svc went: the Service's
+// LocalTailAnnotation, else def. An annotation that is not a duration
+// takes def, and the phrase why says so for the route's detail.
+func LocalTail(svc *corev1.Service, def time.Duration) (d time.Duration, why string) {
+	v, ok := svc.Annotations[LocalTailAnnotation]
+	if !ok {
+		return def, ""
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return def, fmt.Sprintf(" (the Service's %s %q is not a duration such as 30s: the default applies)", LocalTailAnnotation, v)
+	}
+	return d, " (the Service's " + LocalTailAnnotation + ")"
 }
 
 // rank orders a pod's endpoints when several slices of one Service list

@@ -2,6 +2,7 @@ package endpointslice
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1", ResourceVersion: "9"}, NodeName: ptr.To("n")}},
 		Ports: []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
 	}
-	o, ok := New(0).Transform(sl)
+	o, ok := New(0, 0).Transform(sl)
 	s := o.(*discoveryv1.EndpointSlice)
 	if !ok || s.Labels[serviceNameLabel] != "a" || len(s.Labels) != 1 || s.Ports != nil || ptr.Deref(s.Endpoints[0].NodeName, "") != "n" {
 		t.Errorf("slice transform: %+v", s)
@@ -85,7 +86,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 	if !isPod(s.Endpoints[0], "10.0.0.1", pod) || !endpointOf(s.Endpoints[0]).Terminating || routeName(s) != "ns/a" {
 		t.Errorf("slice transform lost the endpoint's pod, conditions or Service: %+v", s)
 	}
-	if _, ok := New(0).Transform(pod); ok {
+	if _, ok := New(0, 0).Transform(pod); ok {
 		t.Errorf("the slice source claimed a pod")
 	}
 }
@@ -114,11 +115,17 @@ func TestTransformKeepsServicePolicies(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", Annotations: map[string]string{"x": "y"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
 			InternalTrafficPolicy: &itp, Ports: []corev1.ServicePort{{Port: 80}}}}
-	o, ok := New(0).Transform(svc)
+	o, ok := New(0, 0).Transform(svc)
 	s := o.(*corev1.Service)
 	if !ok || s.Name != "a" || s.Namespace != "ns" || s.Annotations != nil || s.Spec.Ports != nil ||
 		s.Spec.Type != corev1.ServiceTypeNodePort || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || *s.Spec.InternalTrafficPolicy != itp {
 		t.Errorf("service transform: %+v", s)
+	}
+	// The Local-policy tail's annotation is kept, and only it.
+	svc.Annotations[LocalTailAnnotation] = "15s"
+	o, _ = New(0, 0).Transform(svc)
+	if a := o.(*corev1.Service).Annotations; len(a) != 1 || a[LocalTailAnnotation] != "15s" {
+		t.Errorf("service transform kept annotations %v, want only %s", a, LocalTailAnnotation)
 	}
 }
 
@@ -128,7 +135,7 @@ func TestTransformKeepsServicePolicies(t *testing.T) {
 // counts as every endpoint leaving.
 func TestLeftRecently(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s := New(5 * time.Second)
+	s := New(5*time.Second, 0)
 	s.now = func() time.Time { return now }
 	ep := func(ip, uid string) discoveryv1.Endpoint {
 		e := discoveryv1.Endpoint{Addresses: []string{ip}}
@@ -163,5 +170,50 @@ func TestLeftRecently(t *testing.T) {
 	s.noteLeft(slice("blue"), slice("blue"))
 	if len(s.left) != 0 {
 		t.Errorf("memory after the tail: %v; want pruned", s.left)
+	}
+}
+
+// The last ready endpoint on its node under a Local policy: the route is
+// out and weighs the pod's traffic, whose senders cannot be listed (the
+// evidence only lengthens); behind a load balancer (an external Local
+// policy) its floor is the load balancer's drain of the node, the
+// Service's annotation or the default, never below the EndpointSlice
+// tail; for an internal Local policy (in-cluster clients on the node) the
+// EndpointSlice tail.
+func TestNodeOnly(t *testing.T) {
+	const tail, local = 5 * time.Second, 60 * time.Second
+	svc := func(typ corev1.ServiceType, etp corev1.ServiceExternalTrafficPolicy, annotation string) *corev1.Service {
+		s := &corev1.Service{Spec: corev1.ServiceSpec{Type: typ, ExternalTrafficPolicy: etp}}
+		if annotation != "" {
+			s.Annotations = map[string]string{LocalTailAnnotation: annotation}
+		}
+		return s
+	}
+	itp := corev1.ServiceInternalTrafficPolicyLocal
+	internal := svc(corev1.ServiceTypeClusterIP, "", "")
+	internal.Spec.InternalTrafficPolicy = &itp
+	for _, c := range []struct {
+		name     string
+		svc      *corev1.Service
+		tail     time.Duration
+		tailName string
+	}{
+		{"LoadBalancer, Local", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, ""), local, "Local-policy node drain"},
+		{"NodePort, Local", svc(corev1.ServiceTypeNodePort, corev1.ServiceExternalTrafficPolicyLocal, ""), local, "Local-policy node drain"},
+		{"annotated 15s", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "15s"), 15 * time.Second, "local-policy-tail"},
+		{"annotated below the slice tail", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "1s"), tail, "local-policy-tail"},
+		{"annotation not a duration", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "soon"), local, "not a duration"},
+		{"internal Local", internal, tail, "EndpointSlice"},
+	} {
+		o := Judge(Endpoint{Service: "web", Terminating: true, Serving: true}, true, false)
+		o.Name, o.Tail = "shop/web", tail
+		o = NodeOnly(o, c.svc, tail, local)
+		if !o.Out || !o.WeighTraffic || o.State != StateTerminatingServing || o.Tail != c.tail || !strings.Contains(o.TailName, c.tailName) {
+			t.Errorf("%s: out %t, weighs traffic %t, state %s, tail %s %q; want out, weighed, %s, tail %s naming %q",
+				c.name, o.Out, o.WeighTraffic, o.State, o.Tail, o.TailName, StateTerminatingServing, c.tail, c.tailName)
+		}
+		if o.Senders.Known || o.Senders.SeenAreAll || o.Senders.Why == "" {
+			t.Errorf("%s: senders %+v; want not listed, saying why (the evidence may only lengthen)", c.name, o.Senders)
+		}
 	}
 }
