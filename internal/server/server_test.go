@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -923,4 +924,65 @@ func TestInClusterClientsFromTheCache(t *testing.T) {
 			t.Errorf("%s taken for a pod's address", a)
 		}
 	}
+}
+
+// TestLocalPolicyNodeDrain: a pod that is the last ready endpoint on its
+// node of a LoadBalancer Service with externalTrafficPolicy Local (the
+// Service's other ready endpoint on another node) is held, once
+// terminating but serving, for the load balancer's drain of the node, the
+// Service's draingate.dev/local-policy-tail, not the EndpointSlice tail.
+// The slice is written by hand: the test cluster has one node.
+func TestLocalPolicyNodeDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	const drain = 40 * time.Second
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb", Annotations: map[string]string{"draingate.dev/local-policy-tail": drain.String()}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := f.c.Client.CoreV1().Services(f.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := func(podReady bool) *discoveryv1.EndpointSlice {
+		node, elsewhere := f.pod.Spec.NodeName, "another-node"
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "lb-manual", Labels: map[string]string{discoveryv1.LabelServiceName: "lb"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{f.pod.Status.PodIP}, NodeName: &node,
+					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: f.ns, Name: f.pod.Name, UID: f.pod.UID},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(podReady), Serving: ptr.To(true), Terminating: ptr.To(!podReady)}},
+				{Addresses: []string{"10.244.250.9"}, NodeName: &elsewhere,
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}},
+			},
+		}
+	}
+	sl, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Create(ctx, slice(true), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.serveWith(ctx, Options{}, "--tail-endpointslice=1s")
+	f.deletePod(ctx)
+	// What the EndpointSlice controller does for a selector's slices:
+	// the terminating pod's endpoint is not ready, still serving.
+	next := slice(false)
+	next.ResourceVersion = sl.ResourceVersion
+	if _, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name := "endpointslice " + f.ns + "/lb"
+	var v api.Verdict
+	waitFor(t, ctx, "the Local-policy route terminating-serving, its tail started", func() bool {
+		v = f.ask(ctx, r, 0)
+		lb := routeStates(v)[name]
+		return lb.State == "terminating-serving" && lb.TailEnds != nil
+	})
+	lb := routeStates(v)[name]
+	if got := lb.TailEnds.Sub(lb.Since); got != drain || !strings.Contains(lb.Detail, "Local-policy node drain") || v.Released {
+		t.Errorf("route %s: tail %s (%s), released %v; want the Service's %s, the pod held", name, got, lb.Detail, v.Released, drain)
+	}
+	t.Logf("%s: %s", name, lb.Detail)
 }
