@@ -118,11 +118,9 @@ func TestWorkflows(t *testing.T) {
 	}
 }
 
-// The release pushes where the chart's defaults point: release.yml's
-// REGISTRY is Registry, values.yaml's image.repository and
-// agent.image.repository are REGISTRY/draingate and
-// REGISTRY/draingate-prestop, and make images and make chart push there.
-func TestReleaseRegistry(t *testing.T) {
+// releaseWorkflow reads and parses .github/workflows/release.yml.
+func releaseWorkflow(t *testing.T) *actionlint.Workflow {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", ".github", "workflows", "release.yml"))
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +129,15 @@ func TestReleaseRegistry(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("release.yml: %v", errs[0])
 	}
+	return wf
+}
+
+// The release pushes where the chart's defaults point: release.yml's
+// REGISTRY is Registry, values.yaml's image.repository and
+// agent.image.repository are REGISTRY/draingate and
+// REGISTRY/draingate-prestop, and make images and make chart push there.
+func TestReleaseRegistry(t *testing.T) {
+	wf := releaseWorkflow(t)
 	var registry string
 	var runs []string
 	for _, job := range wf.Jobs {
@@ -234,14 +241,7 @@ func checkPinned(t *testing.T, file string, b []byte, wf *actionlint.Workflow, p
 // attestation pushed beside them, by the digest the Digests step read;
 // and every file the GitHub release attaches is attested.
 func TestReleaseSignsAndAttests(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", ".github", "workflows", "release.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf, errs := actionlint.Parse(b)
-	if len(errs) > 0 {
-		t.Fatalf("release.yml: %v", errs[0])
-	}
+	wf := releaseWorkflow(t)
 	if wf.Permissions == nil {
 		t.Fatal("release.yml sets no permissions")
 	}
