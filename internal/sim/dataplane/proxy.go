@@ -36,6 +36,18 @@ type Config struct {
 	// IdleConnTimeout closes keep-alive connections to targets left idle
 	// this long (default 60 s).
 	IdleConnTimeout time.Duration
+	// Flows makes the node pass connections through, as an NLB does,
+	// instead of routing each request, as an ALB does: a client connection
+	// (a flow) goes to the target in rotation when it opens and stays there,
+	// over one connection to that target, until either end closes it, even
+	// after the node took the target out of rotation. Serve the node with
+	// Server, which gives each client connection its flow.
+	Flows bool
+	// PreserveClientIP, with Flows, has a flow's connection to its target
+	// come from the client's address instead of SourceIP, as an NLB target
+	// group with client IP preservation does: clients must then connect
+	// from addresses the host can also dial targets from.
+	PreserveClientIP bool
 	// ErrorLog gets the forwarding errors net/http/httputil reports; nil
 	// discards them, the counts in Stats being what a lab run reads.
 	ErrorLog *log.Logger
@@ -67,8 +79,9 @@ type Stats struct {
 type TargetStats struct {
 	Requests, Failed int64
 	// First and Last are when the proxy picked this target for its first and
-	// latest request; Last is never after StoppedAt for a target that left
-	// rotation and did not come back.
+	// latest request (in Flows mode: sent it a request on one of its flows);
+	// Last is never after StoppedAt for a target that left rotation and did
+	// not come back, unless in Flows mode, where established flows go on.
 	First, Last time.Time
 }
 
@@ -86,6 +99,9 @@ type Proxy struct {
 	next     uint64   // round-robin cursor
 	timeline []Sample
 	changed  chan struct{} // closed and replaced when rotation changes
+
+	flowsMu sync.Mutex
+	flows   map[net.Conn]*flow // Flows mode: the client connections open
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -128,6 +144,7 @@ func New(cfg Config) *Proxy {
 		changed: make(chan struct{}),
 		stats:   Stats{ByStatus: map[int]int64{}, ByTarget: map[Target]TargetStats{}},
 		picks:   map[Target][]time.Time{},
+		flows:   map[net.Conn]*flow{},
 	}
 	p.forward = &httputil.ReverseProxy{
 		Rewrite:      rewrite,
@@ -181,8 +198,12 @@ func answerError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // ServeHTTP forwards r to the next target in rotation, round robin, or
-// answers 503 when there is none.
+// answers 503 when there is none; in Flows mode, to its flow's target.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.cfg.Flows {
+		p.serveFlow(w, r)
+		return
+	}
 	t, pickedAt, ok := p.pick()
 	if !ok {
 		http.Error(w, "no target in rotation", http.StatusServiceUnavailable)
@@ -215,7 +236,7 @@ func (p *Proxy) pick() (Target, time.Time, bool) {
 }
 
 func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
-	failed := code >= 500 || aborted
+	failed := code == 0 || code >= 500 || aborted // 0: a flow cut (Config.Flows)
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
 	s := &p.stats

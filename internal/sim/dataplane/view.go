@@ -340,4 +340,5 @@ func (p *Proxy) Close() {
 	}
 	p.mu.Unlock()
 	p.transport.CloseIdleConnections()
+	p.closeFlows()
 }
