@@ -11,6 +11,7 @@ import (
 
 	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/sim/dataplane"
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // loadBalancer is one strategy's data plane: Scenario.LBNodes nodes, each
@@ -35,11 +36,17 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 	if len(r.env.LBSources) > 0 && sc.LBNodes > len(r.env.LBSources) {
 		return nil, fmt.Errorf("%d load balancer nodes, but the cluster has %d source addresses for them", sc.LBNodes, len(r.env.LBSources))
 	}
+	if n := r.o.Load.Clients; r.o.Load.PreserveClientIP && n > len(r.env.ClientSources) {
+		return nil, fmt.Errorf("--preserve-client-ip with %d clients, but the cluster has %d client addresses: use at most %d", n, len(r.env.ClientSources), len(r.env.ClientSources))
+	}
 	lb := &loadBalancer{drainedA: map[string]time.Time{}}
 	var cfgs []dataplane.Config
 	for i := range sc.LBNodes {
 		c := dataplane.Config{
 			Name: fmt.Sprintf("lb-%d", i+1),
+			// An NLB passes connections through; an ALB routes requests.
+			Flows:            sc.lbType() == elbv2sim.Network,
+			PreserveClientIP: r.o.Load.PreserveClientIP,
 			// Apart per strategy and per node, repeatable from the seed.
 			Propagation: sc.propagation(r.o.Seed + uint64(idx)*1000 + uint64(i)),
 		}
@@ -78,13 +85,19 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 			lb.bal.Apply(dataplane.Event{Target: dataplane.Target{ID: ev.Target.ID, Port: ev.Target.Port}, To: string(ev.To), At: ev.At})
 		}
 	}()
+	// Clients that connect from their own addresses reach the nodes on the
+	// host's, as the internet reaches a load balancer.
+	listen := "127.0.0.1"
+	if r.o.Load.PreserveClientIP && r.env.HostIP != "" {
+		listen = r.env.HostIP
+	}
 	for _, n := range lb.nodes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(listen, "0"))
 		if err != nil {
 			lb.close()
 			return nil, err
 		}
-		srv := &http.Server{Handler: n, ReadHeaderTimeout: 10 * time.Second}
+		srv := n.Server()
 		go srv.Serve(ln)
 		lb.servers = append(lb.servers, srv)
 		lb.urls = append(lb.urls, "http://"+ln.Addr().String()+"/")
@@ -169,4 +182,14 @@ func rotationSteps(bal *dataplane.Balancer) []report.Step {
 		out = append(out, report.Step{At: c.at, N: n})
 	}
 	return out
+}
+
+// clientSources are the addresses the load's clients connect from: their
+// own (Env.ClientSources) when the load balancer keeps clients' addresses,
+// else none (the host's).
+func (r *runner) clientSources() []string {
+	if !r.o.Load.PreserveClientIP {
+		return nil
+	}
+	return r.env.ClientSources
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,27 @@ type load struct {
 	mu      sync.Mutex
 	metrics vegeta.Metrics
 	onRes   func(at time.Time, failed bool)
+	// requests and failures are stop's counts, once stopped.
+	requests, failures int
+}
+
+// traffic is a running load: requests sent through the load balancer.
+type traffic interface {
+	// stop ends the load, waits for every answer and returns the
+	// requests sent and how many failed by the lab's rule.
+	stop() (requests, failures int)
+	// routed is what the data plane should have counted, once stopped.
+	routed() (requests, failures int)
+	// statuses says what the requests got, for the consistency check.
+	statuses() string
+}
+
+// startTraffic starts spec's load (see startLoad and startStreams).
+func startTraffic(spec Load, urls, sources []string, rps int, per time.Duration, seed uint64, onResult func(at time.Time, failed bool)) traffic {
+	if spec.Shape == Stream {
+		return startStreams(spec, urls, sources, rps, per, seed, onResult)
+	}
+	return startLoad(spec, urls, sources, rps, per, seed, onResult)
 }
 
 // failed is the lab's one definition of a failed request: a transport error
@@ -38,16 +60,21 @@ func failed(code uint16) bool { return code == 0 || code >= 500 }
 
 // startLoad sends spec's load at rps requests per per (the whole load's
 // mean, split evenly over its clients) to urls, one per load balancer node;
-// every answer goes to onResult.
-func startLoad(spec Load, urls []string, rps int, per time.Duration, seed uint64, onResult func(at time.Time, failed bool)) *load {
+// every answer goes to onResult. Client c connects from sources[c] when
+// there is one.
+func startLoad(spec Load, urls, sources []string, rps int, per time.Duration, seed uint64, onResult func(at time.Time, failed bool)) *load {
 	l := &load{done: make(chan struct{}), onRes: onResult}
 	rate := float64(rps) * float64(time.Second) / float64(per) / float64(spec.Clients)
 	var wg sync.WaitGroup
 	for c := range spec.Clients {
 		// Few workers per client when there are many: each sends little.
 		workers := uint64(max(2, 16/spec.Clients))
-		atk := vegeta.NewAttacker(vegeta.KeepAlive(spec.Shape != ShortConn), vegeta.Timeout(30*time.Second),
-			vegeta.Workers(workers), vegeta.MaxWorkers(max(64, 512/uint64(spec.Clients))))
+		opts := []func(*vegeta.Attacker){vegeta.KeepAlive(spec.Shape != ShortConn), vegeta.Timeout(30 * time.Second),
+			vegeta.Workers(workers), vegeta.MaxWorkers(max(64, 512/uint64(spec.Clients)))}
+		if c < len(sources) {
+			opts = append(opts, vegeta.LocalAddr(net.IPAddr{IP: net.ParseIP(sources[c])}))
+		}
+		atk := vegeta.NewAttacker(opts...)
 		cseed := seed*7919 + uint64(c)
 		arr := newArrivals(spec, rate, cseed)
 		arr.onRate = float64(spec.OnRate) * float64(time.Second) / float64(per) / float64(spec.Clients)
@@ -146,7 +173,15 @@ func (l *load) stop() (requests, failures int) {
 			ok += n
 		}
 	}
-	return int(l.metrics.Requests), int(l.metrics.Requests) - ok
+	l.requests, l.failures = int(l.metrics.Requests), int(l.metrics.Requests)-ok
+	return l.requests, l.failures
+}
+
+// routed is stop's counts: every request went through the data plane.
+func (l *load) routed() (requests, failures int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.requests, l.failures
 }
 
 // statuses is vegeta's count of answers by status code ("0" for a

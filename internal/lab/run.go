@@ -94,6 +94,10 @@ type Env struct {
 	// node's nor a pod's, so the app tells the nodes apart. Empty: every
 	// node connects from the host's own address.
 	LBSources []string
+	// ClientSources are the addresses the load's clients connect from when
+	// the load balancer keeps its clients' addresses (testenv.LBClientIPs),
+	// one per client; like LBSources, the host's own.
+	ClientSources []string
 	// RestartAPIServer stops the cluster's API server, waits down, starts
 	// it again and returns how long the stop took (testenv's
 	// Cluster.RestartAPIServer); nil when the lab cannot.
@@ -316,6 +320,7 @@ func (r *runner) startDataPlane(idx int) (arn string, lb *loadBalancer, err erro
 		HealthCheckPath: "/healthz", HealthCheckInterval: sc.HealthCheckInterval, HealthCheckTimeout: min(2*time.Second, sc.HealthCheckInterval),
 		HealthyThreshold: sc.HealthyThreshold, UnhealthyThreshold: 2,
 		DeregistrationDelay: max(sc.DeregistrationDelay, time.Millisecond),
+		PreserveClientIP:    r.o.Load.PreserveClientIP,
 	})
 	if err != nil {
 		return "", nil, err
@@ -341,7 +346,7 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 		r.progress(st, "in-cluster client: %d requests/s at full scale through the Service's ClusterIP", r.o.Load.InClusterRPS)
 	}
 	res.Timeline.Start = time.Now()
-	l := startLoad(r.o.Load, p.lb.urls, r.o.RPS, r.o.loadPer(), r.o.Seed, res.Timeline.AddRequest)
+	l := startTraffic(r.o.Load, p.lb.urls, r.clientSources(), r.o.RPS, r.o.loadPer(), r.o.Seed, res.Timeline.AddRequest)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
@@ -360,6 +365,9 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 	time.Sleep(time.Second)
 	res.Requests, res.Failed = l.stop()
 	loadStopped = true
+	if r.o.Load.Shape == Stream {
+		r.notes = append(r.notes, fmt.Sprintf("%s: streams: %s", st.Name, l.statuses()))
+	}
 	res.Timeline.End = time.Now()
 	if ic != nil {
 		n, err := ic.counts(ctx)
@@ -412,14 +420,15 @@ func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy) er
 // stopped: every request went through the data plane, so both sides must
 // count the same, else a MISMATCH note says where they differ. It returns
 // the data plane's counts.
-func (r *runner) checkCounts(st Strategy, res *report.Strategy, lb *loadBalancer, l *load) dataplane.Stats {
+func (r *runner) checkCounts(st Strategy, res *report.Strategy, lb *loadBalancer, l traffic) dataplane.Stats {
 	// A node records a request once its answer is written, which the
 	// client may read first: give the last ones a moment.
+	requests, failed := l.routed()
 	ds := lb.bal.Stats()
-	for wait := time.Now().Add(2 * time.Second); int(ds.Total) < res.Requests && time.Now().Before(wait); ds = lb.bal.Stats() {
+	for wait := time.Now().Add(2 * time.Second); int(ds.Total) < requests && time.Now().Before(wait); ds = lb.bal.Stats() {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if int(ds.Total) != res.Requests || int(ds.Failed) != res.Failed {
+	if int(ds.Total) != requests || int(ds.Failed) != failed {
 		// Both sides' answers by status, so that a mismatch says where
 		// the two differ.
 		byStatus := make([]string, 0, len(ds.ByStatus))
@@ -427,7 +436,7 @@ func (r *runner) checkCounts(st Strategy, res *report.Strategy, lb *loadBalancer
 			byStatus = append(byStatus, fmt.Sprintf("%d=%d", c, ds.ByStatus[c]))
 		}
 		r.notes = append(r.notes, fmt.Sprintf("%s: MISMATCH: the load generator counted %d requests, %d failed; the data plane %d and %d (load generator: %s; data plane: %s, %d cut off mid-body)",
-			st.Name, res.Requests, res.Failed, ds.Total, ds.Failed, l.statuses(), strings.Join(byStatus, " "), ds.Aborted))
+			st.Name, requests, failed, ds.Total, ds.Failed, l.statuses(), strings.Join(byStatus, " "), ds.Aborted))
 	}
 	return ds
 }

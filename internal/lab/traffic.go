@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"draingate.dev/draingate/internal/sim/elbv2sim"
 )
 
 // The load's shapes (--load): how the requests' arrival times are drawn.
@@ -31,10 +33,14 @@ const (
 	// ShortConn is Poisson arrivals, each on a new TCP connection the
 	// client closes after the answer (no keep-alive).
 	ShortConn = "shortconn"
+	// Stream is long-lived streams (WebSocket-like, through the load
+	// balancer), each sending a message every --stream-period and living
+	// an exponential time of mean --stream-life; each message is a request.
+	Stream = "stream"
 )
 
 // Shapes lists the shapes --load takes.
-var Shapes = []string{Constant, Poisson, OnOff, Shift, ShortConn}
+var Shapes = []string{Constant, Poisson, OnOff, Shift, ShortConn, Stream}
 
 // Load is the traffic the lab sends through the data plane, on top of the
 // run's rate (Options.RPS, at full scale).
@@ -53,6 +59,11 @@ type Load struct {
 	// ShiftFactor times it for the next, keeping the mean rate.
 	ShiftPeriod time.Duration
 	ShiftFactor float64
+	// StreamPeriod is how often a stream sends a message; StreamLife is
+	// the mean of a stream's life (exponential), after which its client
+	// closes it and opens another.
+	StreamPeriod time.Duration
+	StreamLife   time.Duration
 	// Clients is how many independent clients send the load, each with
 	// its own connections, its own draws and a share of the rate.
 	Clients int
@@ -65,12 +76,17 @@ type Load struct {
 	// Service's ClusterIP on the app's port during the rollouts: in-cluster
 	// traffic, through kube-proxy, beside the load balancer's.
 	InClusterRPS int
+	// PreserveClientIP plays an NLB target group with client IP
+	// preservation (preserve_client_ip.enabled): each client connects from
+	// its own address (Env.ClientSources), which the pods see as the
+	// source instead of the load balancer node's.
+	PreserveClientIP bool
 }
 
 // DefaultLoad is what a run sends unless told otherwise.
 func DefaultLoad() Load {
 	return Load{Shape: Constant, OnTime: time.Second, PauseDist: "exp", PauseMean: 2 * time.Second,
-		ShiftPeriod: 10 * time.Second, ShiftFactor: 0.15, Clients: 1}
+		ShiftPeriod: 10 * time.Second, ShiftFactor: 0.15, StreamPeriod: time.Second, StreamLife: 30 * time.Second, Clients: 1}
 }
 
 // RegisterFlags binds the load's flags to fs, defaulting to l's values.
@@ -82,6 +98,8 @@ func (l *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.PauseMean, "onoff-pause-mean", l.PauseMean, "onoff: the pauses' mean")
 	fs.DurationVar(&l.ShiftPeriod, "shift-period", l.ShiftPeriod, "shift: how long the rate stays high, then low")
 	fs.Float64Var(&l.ShiftFactor, "shift-factor", l.ShiftFactor, "shift: the low rate as a fraction of the high one")
+	fs.DurationVar(&l.StreamPeriod, "stream-period", l.StreamPeriod, "stream: how often each stream sends a message (the streams are as many as carry --rps)")
+	fs.DurationVar(&l.StreamLife, "stream-life", l.StreamLife, "stream: the mean of a stream's life (exponential), after which its client opens another")
 	fs.IntVar(&l.Clients, "clients", l.Clients, "independent clients, each with its own connections and a share of the rate")
 	fs.Func("lb-node-weights", "each load balancer node's share of the requests, e.g. 90,8,2 (default: equal)", func(v string) error {
 		w, err := parseList(v, func(s string) (float64, error) {
@@ -108,6 +126,7 @@ func (l *Load) RegisterFlags(fs *flag.FlagSet) {
 		l.NodeDelays = d
 		return err
 	})
+	fs.BoolVar(&l.PreserveClientIP, "preserve-client-ip", l.PreserveClientIP, "nlb: the target group keeps its clients' addresses (preserve_client_ip.enabled): each client connects from its own address, which the pods see")
 	fs.IntVar(&l.InClusterRPS, "incluster-rps", l.InClusterRPS, "requests/s (at full scale) of a client pod calling the Service's ClusterIP during the rollouts (0: none)")
 }
 
@@ -142,6 +161,8 @@ func (l Load) Validate(sc Scenario) error {
 		return fmt.Errorf("--onoff-pause %q: want exp or pareto", l.PauseDist)
 	case l.Shape == Shift && (l.ShiftPeriod <= 0 || l.ShiftFactor <= 0 || l.ShiftFactor > 1):
 		return errors.New("--load shift needs a positive --shift-period and a --shift-factor in (0, 1]")
+	case l.Shape == Stream && (l.StreamPeriod <= 0 || l.StreamLife <= 0):
+		return errors.New("--load stream needs a positive --stream-period and --stream-life")
 	case l.Clients < 1 || l.Clients > 1000:
 		return fmt.Errorf("--clients %d: want 1 to 1000", l.Clients)
 	case l.NodeWeights != nil && len(l.NodeWeights) != sc.LBNodes:
@@ -150,6 +171,8 @@ func (l Load) Validate(sc Scenario) error {
 		return errors.New("--lb-node-weights must not all be 0")
 	case l.NodeDelays != nil && len(l.NodeDelays) != sc.LBNodes:
 		return fmt.Errorf("--lb-node-delays has %d delays for %d load balancer nodes", len(l.NodeDelays), sc.LBNodes)
+	case l.PreserveClientIP && sc.LoadBalancer != string(elbv2sim.Network):
+		return errors.New("--preserve-client-ip is an NLB target group's attribute: use it with --lb network (or the nlb and bluegreen scenarios)")
 	case l.InClusterRPS < 0:
 		return errors.New("--incluster-rps must not be negative")
 	}
@@ -161,6 +184,7 @@ func (l Load) Validate(sc Scenario) error {
 func (l Load) Scaled(f float64) Load {
 	m := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * f)) }
 	l.OnTime, l.PauseMean, l.ShiftPeriod = m(l.OnTime), m(l.PauseMean), m(l.ShiftPeriod)
+	l.StreamPeriod, l.StreamLife = m(l.StreamPeriod), m(l.StreamLife)
 	if l.NodeDelays != nil {
 		d := make([]time.Duration, len(l.NodeDelays))
 		for i, x := range l.NodeDelays {
@@ -186,6 +210,8 @@ func (l Load) String() string {
 		fmt.Fprintf(&b, " (%son %s, %s pauses of mean %s)", rate, l.OnTime, l.PauseDist, l.PauseMean)
 	case Shift:
 		fmt.Fprintf(&b, " (%g of the rate every other %s)", l.ShiftFactor, l.ShiftPeriod)
+	case Stream:
+		fmt.Fprintf(&b, " (a message every %s, streams living %s on average)", l.StreamPeriod, l.StreamLife)
 	}
 	if l.Clients > 1 {
 		fmt.Fprintf(&b, ", %d clients", l.Clients)
@@ -195,6 +221,9 @@ func (l Load) String() string {
 	}
 	if l.NodeDelays != nil {
 		b.WriteString(", node delays " + joinList(l.NodeDelays, time.Duration.String))
+	}
+	if l.PreserveClientIP {
+		b.WriteString(", client IP preserved")
 	}
 	if l.InClusterRPS > 0 {
 		fmt.Fprintf(&b, ", in-cluster %d/s", l.InClusterRPS)

@@ -33,6 +33,9 @@ const (
 	// firstLBNodeIP and lbNodeIPCount make LBNodeIPs.
 	firstLBNodeIP = "10.245.0.11"
 	lbNodeIPCount = 8
+	// firstLBClientIP and lbClientIPCount make LBClientIPs.
+	firstLBClientIP = "10.245.1.1"
+	lbClientIPCount = 64
 
 	apiserverPort  = 6443
 	etcdClientPort = 23790
@@ -55,9 +58,21 @@ const (
 // plugin (isGateway) refuses a bridge whose first IPv4 address is not the
 // gateway, and the kernel lists a device's addresses in the order they were
 // added. Deleting the bridge on teardown removes them.
-func LBNodeIPs() []string {
-	out := make([]string, lbNodeIPCount)
-	a := netip.MustParseAddr(firstLBNodeIP)
+func LBNodeIPs() []string { return addrRange(firstLBNodeIP, lbNodeIPCount) }
+
+// LBClientIPs returns the addresses the lab's clients connect from when a
+// load balancer keeps its clients' addresses (an NLB with client IP
+// preservation): 10.245.1.1 to 10.245.1.64, one per client. They stand for
+// the internet's addresses, and like LBNodeIPs are the host's own, on the
+// bridge after HostIP, apart from every cluster range.
+func LBClientIPs() []string { return addrRange(firstLBClientIP, lbClientIPCount) }
+
+// bridgeExtraIPs are the addresses the run puts on the bridge after HostIP.
+func bridgeExtraIPs() []string { return append(LBNodeIPs(), LBClientIPs()...) }
+
+func addrRange(first string, n int) []string {
+	out := make([]string, n)
+	a := netip.MustParseAddr(first)
 	for i := range out {
 		out[i] = a.String()
 		a = a.Next()

@@ -144,7 +144,7 @@ func TestDownAfterKilledRun(t *testing.T) {
 		t.Fatalf("bridge %s's first IPv4 address is %s; want %s, the CNI bridge plugin's gateway", BridgeName, first, HostIP)
 	}
 	held := hostAddrs(t)
-	for _, ip := range LBNodeIPs() {
+	for _, ip := range bridgeExtraIPs() {
 		if !held[ip] {
 			t.Fatalf("load balancer node address %s missing while the cluster runs", ip)
 		}
@@ -199,7 +199,7 @@ func TestDownAfterKilledRun(t *testing.T) {
 		t.Errorf("veth devices remain:\n%s", out)
 	}
 	held = hostAddrs(t)
-	for _, ip := range append([]string{HostIP}, LBNodeIPs()...) {
+	for _, ip := range append([]string{HostIP}, bridgeExtraIPs()...) {
 		if held[ip] {
 			t.Errorf("address %s is still on the host", ip)
 		}

@@ -330,7 +330,7 @@ func checkRoutes() error {
 	_, pods, _ := net.ParseCIDR(ClusterCIDR)
 	_, svcs, _ := net.ParseCIDR(ServiceCIDR)
 	ranges := []*net.IPNet{pods, svcs}
-	for _, ip := range LBNodeIPs() {
+	for _, ip := range bridgeExtraIPs() {
 		ranges = append(ranges, &net.IPNet{IP: net.ParseIP(ip), Mask: net.CIDRMask(32, 32)})
 	}
 	for _, line := range strings.Split(string(out), "\n") {
@@ -431,7 +431,7 @@ func (c *Cluster) loadClient() error {
 
 // setupNetwork creates the bridge with the host's address on it before
 // anything listens there, then the load balancer nodes' addresses
-// (LBNodeIPs), routes the Service range to it (so a Service IP never leaves
+// (LBNodeIPs) and their clients' (LBClientIPs), routes the Service range to it (so a Service IP never leaves
 // the host, even before kube-proxy programs it), and drops any forwarded pod
 // traffic bound for other networks. The bridge is recorded before it exists,
 // so Down deletes it, and the addresses with it, whatever happens next.
@@ -445,7 +445,7 @@ func (c *Cluster) setupNetwork(context.Context) error {
 		// bridge's first IPv4 address.
 		{"ip", "addr", "add", HostIP + "/24", "dev", BridgeName},
 	}
-	for _, ip := range LBNodeIPs() {
+	for _, ip := range bridgeExtraIPs() {
 		cmds = append(cmds, []string{"ip", "addr", "add", ip + "/32", "dev", BridgeName})
 	}
 	cmds = append(cmds, [][]string{
@@ -465,7 +465,7 @@ func (c *Cluster) setupNetwork(context.Context) error {
 }
 
 // ensureLBNodeIPs adds to the bridge of a running cluster whichever of
-// LBNodeIPs it lacks. Each goes after HostIP, which stays the first address
+// LBNodeIPs and LBClientIPs it lacks. Each goes after HostIP, which stays the first address
 // (see LBNodeIPs).
 func ensureLBNodeIPs() error {
 	br, err := net.InterfaceByName(BridgeName)
@@ -482,7 +482,7 @@ func ensureLBNodeIPs() error {
 			have[n.String()] = true
 		}
 	}
-	for _, ip := range LBNodeIPs() {
+	for _, ip := range bridgeExtraIPs() {
 		if have[ip+"/32"] {
 			continue
 		}

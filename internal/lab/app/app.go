@@ -54,6 +54,12 @@ type Server struct {
 
 	sourcesMu sync.Mutex
 	sources   map[string]sourceCount // GET / requests by source IP
+
+	// streamsMu orders a stream's start against SIGTERM; streams counts
+	// those open; streamsEnd is closed at SIGTERM.
+	streamsMu  sync.Mutex
+	streams    sync.WaitGroup
+	streamsEnd chan struct{}
 }
 
 // sourceCount counts the GET / requests from one source address.
@@ -70,7 +76,7 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = os.Stdout
 	}
-	return &Server{cfg: cfg, wait: sleep, sources: map[string]sourceCount{}}
+	return &Server{cfg: cfg, wait: sleep, sources: map[string]sourceCount{}, streamsEnd: make(chan struct{})}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -89,6 +95,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // GET /healthz, the readiness probe, with 200 at once. GET /livez, the
 // liveness probe, answers 200 until a POST /fail-liveness arrives and 500
 // from then on; the first failing /livez logs "liveness-failed <unix-ns>".
+// GET /stream opens a stream of messages (StreamProtocol).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +115,7 @@ func (s *Server) Handler() http.Handler {
 		s.livenessFailing.Store(true)
 		io.WriteString(w, "liveness failing from now on\n")
 	})
+	mux.HandleFunc("GET /stream", s.stream)
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 		s.count(r.RemoteAddr)
 		if s.cfg.Latency > 0 {
@@ -138,7 +146,8 @@ func (s *Server) count(remoteAddr string) {
 }
 
 // Serve answers on ln until ctx ends, which stands for SIGTERM. Then it logs
-// "sigterm <unix-ns>", stops accepting, closes idle keep-alive connections,
+// "sigterm <unix-ns>", stops accepting, ends its streams (each says bye),
+// closes idle keep-alive connections,
 // lets in-flight requests finish (up to ShutdownTimeout), logs one
 // "source <ip> <total> <after-sigterm>" line per address GET / requests came
 // from (sorted by address; after-sigterm counts those that reached the
@@ -155,7 +164,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
+	s.streamsMu.Lock()
 	s.stopping.Store(true)
+	s.streamsMu.Unlock()
 	s.logf("sigterm %d", time.Now().UnixNano())
 	if s.sigtermHook != nil {
 		s.sigtermHook()
@@ -163,10 +174,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	// Streams are hijacked connections, which Shutdown does not wait for:
+	// each says bye between two messages, and is waited for here.
+	close(s.streamsEnd)
 	err := srv.Shutdown(sctx)
 	if err != nil {
 		srv.Close()
 		err = fmt.Errorf("shutdown: requests still in flight after %v: %w", s.cfg.ShutdownTimeout, err)
+	}
+	streamsDone := make(chan struct{})
+	go func() { s.streams.Wait(); close(streamsDone) }()
+	select {
+	case <-streamsDone:
+	case <-sctx.Done():
+		err = cmp.Or(err, fmt.Errorf("shutdown: streams still open after %v", s.cfg.ShutdownTimeout))
 	}
 	<-served // http.ErrServerClosed, as expected
 	s.logSources()

@@ -748,7 +748,7 @@ func (s *Server) apiDescribeTargetGroupAttributes(f url.Values) (any, error) {
 		attrs = append(attrs,
 			xmlAttribute{"stickiness.type", "source_ip"},
 			xmlAttribute{"deregistration_delay.connection_termination.enabled", "false"},
-			xmlAttribute{"preserve_client_ip.enabled", strconv.FormatBool(tg.spec.TargetType == TargetTypeInstance)},
+			xmlAttribute{"preserve_client_ip.enabled", strconv.FormatBool(tg.spec.TargetType == TargetTypeInstance || tg.spec.PreserveClientIP)},
 			xmlAttribute{"proxy_protocol_v2.enabled", "false"},
 		)
 	} else {

@@ -44,6 +44,10 @@ type TargetGroupSpec struct {
 	// the lab gives node addresses; anything else (e.g. "i-0abc…") fails
 	// its checks, so the emulator never resolves names.
 	TargetType string
+	// PreserveClientIP sets an NLB ip group's preserve_client_ip.enabled,
+	// false by default as in AWS for TCP ip targets; instance groups keep
+	// their clients' addresses always (AWS's default for them).
+	PreserveClientIP bool
 
 	HealthCheckPath     string        // default "/"
 	HealthCheckInterval time.Duration // default 5s; any > 0 (AWS: 5–300 s)
