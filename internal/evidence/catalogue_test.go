@@ -18,6 +18,7 @@ var (
 	catalogueFull      = flag.Bool("catalogue", false, "run the full simulation catalogue: 5,000 drains per shape at ε 1e-2 and 1e-3 (docs/evidence.md)")
 	catalogueNoSenders = flag.Bool("catalogue.no-senders", false, "run the catalogue with the known-senders rule off (the sources seen taken for every sender): its shapes must fail")
 	catalogueNoShape   = flag.Bool("catalogue.no-shape", false, "run the catalogue with the shape check off: its bursty shapes must fail")
+	catalogueOnly      = flag.String("catalogue.only", "", "run only the shapes whose name contains this")
 )
 
 // catalogueTail is the route's tail in the catalogue: an ALB's.
@@ -161,7 +162,7 @@ var catalogue = []drainShape{
 	oneNode("bursts 20/s for 0.5s, Pareto pauses 4s", bursts(20, 500*time.Millisecond, paretoPauses(4*time.Second))),
 	threeNodes("3 nodes, bursts 20/s for 0.5s, exp. pauses 1s", bursts(20, 500*time.Millisecond, expPauses(time.Second))),
 	oneNode("regular bursts 20/s for 1s, exp. pauses 2s", regularBursts(20, time.Second, expPauses(2*time.Second))),
-	{"regular bursts 5/s for 2s, exp. pauses 2s", "bursts that chain for over three times the bound, then a long pause: a watch of seconds cannot tell them from a steady source", oneNode("", regularBursts(5, 2*time.Second, expPauses(2*time.Second))).drain},
+	oneNode(chainedBursts, regularBursts(5, 2*time.Second, expPauses(2*time.Second))),
 	oneNode("regular bursts 10/s for 0.5s, Pareto pauses 1s", regularBursts(10, 500*time.Millisecond, paretoPauses(time.Second))),
 	threeNodes("3 nodes, regular bursts 20/s for 1s, exp. pauses 2s", regularBursts(20, time.Second, expPauses(2*time.Second))),
 	{"rate falls 10/s to 1.5/s over 5s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
@@ -242,6 +243,17 @@ func runShape(sh drainShape, n int, eps float64, seed uint64) catalogueRow {
 	return row
 }
 
+// chainedBursts are bursts that chain for over three times the bound, then
+// pause long: a watch of seconds cannot tell them from a steady source. It
+// happens rarely (1 in 5,000 drains at ε 1e-3), but too close to ε for
+// 5,000 drains to bound its rate below ε: the full catalogue plays more of
+// it (moreDrains).
+const chainedBursts = "regular bursts 5/s for 2s, exp. pauses 2s"
+
+// moreDrains are the full catalogue's drains of the shapes that need more
+// than 5,000 for their upper bound to come below ε.
+var moreDrains = map[string]int{chainedBursts: 20000}
+
 // TestCatalogue holds the evidence to its promise on every shape of the
 // catalogue: the rate of false quiets at most ε. With -catalogue, 5,000
 // drains per shape at ε 1e-2 and 1e-3, each shape's Clopper-Pearson 95 %
@@ -260,8 +272,15 @@ func TestCatalogue(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "| shape | ε | drains | false quiets | rate | 95 %% upper bound | closed before the tail |\n|---|--:|--:|--:|--:|--:|--:|\n")
 	for i, sh := range catalogue {
+		if !strings.Contains(sh.name, *catalogueOnly) {
+			continue
+		}
 		for _, eps := range epsilons {
-			row := runShape(sh, n, eps, uint64(i+1))
+			drains := n
+			if *catalogueFull && moreDrains[sh.name] > n {
+				drains = moreDrains[sh.name]
+			}
+			row := runShape(sh, drains, eps, uint64(i+1))
 			_, hi := clopperPearson(row.false_, row.drains, 0.05)
 			name := sh.name
 			if sh.open != "" {
@@ -278,7 +297,7 @@ func TestCatalogue(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("the catalogue, %d drains per shape and ε:\n%s", n, table.String())
+	t.Logf("the catalogue, %d drains per shape and ε (more where a shape says so):\n%s", n, table.String())
 }
 
 // clopperPearson is the exact (Clopper-Pearson) two-sided 1 − alpha
