@@ -369,6 +369,8 @@ func TestDefaultArgs(t *testing.T) {
 		"tail-alb":               "20s",
 		"tail-nlb":               "300s",
 		"tail-local-policy":      "60s",
+		"tail-external":          "40s",
+		"external-routes":        "auto",
 		"max-wait":               "30s",
 		"traffic-evidence":       "true",
 		"traffic-epsilon":        "1e-06",

@@ -1,6 +1,6 @@
 // Package route is what a kind of route implements: the ways traffic can
 // still reach a terminating pod. Each kind is a folder below this one
-// (endpointslice, targetgroup) and owns everything about itself: its flags
+// (endpointslice, targetgroup, external) and owns everything about itself: its flags
 // and tail defaults, the objects it caches and how it slims them, its
 // informers and background work, its metrics, what it adds to a new pod's
 // max-wait at admission, and one gate.Observation per route of a
@@ -167,6 +167,15 @@ type ServiceLister interface {
 	// selects pods with these labels; found is false when the cache has
 	// no such Service (yet).
 	Selects(ctx context.Context, namespace, name string, podLabels map[string]string) (selects, found bool, err error)
+}
+
+// ServiceClaimer is what a kind that owns the routes of some Services
+// (targetgroup: the Services TargetGroupBindings name) offers the kinds
+// that would otherwise take every Service of a type (external).
+type ServiceClaimer interface {
+	// ClaimsService says whether the kind routes the Service namespace/name
+	// itself; an error when its cache cannot tell yet.
+	ClaimsService(ctx context.Context, namespace, name string) (bool, error)
 }
 
 // Endpoint is a pod's endpoint in one Service: the most "in" one where

@@ -986,3 +986,76 @@ func TestLocalPolicyNodeDrain(t *testing.T) {
 	}
 	t.Logf("%s: %s", name, lb.Detail)
 }
+
+// TestExternalRoute on the real cluster: with target groups off, a Service
+// of type LoadBalancer is a route of a load balancer draingate cannot
+// query. The terminating pod is held for the Service's external tail after
+// its endpoint went out, though its EndpointSlice route closed long before
+// (fails without the external kind: released once the 1 s EndpointSlice
+// tail passed). With target groups on (auto), the kind finds no route.
+func TestExternalRoute(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	const tail = 45 * time.Second
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "gke", Annotations: map[string]string{"draingate.dev/external-tail": tail.String()}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := f.c.Client.CoreV1().Services(f.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := func(ready bool) *discoveryv1.EndpointSlice {
+		node := f.pod.Spec.NodeName
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "gke-manual", Labels: map[string]string{discoveryv1.LabelServiceName: "gke"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{f.pod.Status.PodIP}, NodeName: &node,
+					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: f.ns, Name: f.pod.Name, UID: f.pod.UID},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(!ready)}},
+				{Addresses: []string{"10.244.250.9"}, NodeName: &node,
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}},
+			},
+		}
+	}
+	sl, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Create(ctx, slice(true), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "external " + f.ns + "/gke"
+
+	f.deletePod(ctx)
+	next := slice(false)
+	next.ResourceVersion = sl.ResourceVersion
+	if _, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	esName := "endpointslice " + f.ns + "/gke"
+
+	// Target groups on, --external-routes auto: no external route.
+	on := f.serveWith(ctx, Options{})
+	var v api.Verdict
+	waitFor(t, ctx, "the Service's EndpointSlice route terminating", func() bool {
+		v = f.ask(ctx, on, 0)
+		return routeStates(v)[esName].State == "terminating"
+	})
+	if r, ok := routeStates(v)[name]; ok {
+		t.Errorf("with target groups on, the external kind at auto found route %s (%s); want none", name, r.Detail)
+	}
+	on.stop()
+
+	r := f.serveWith(ctx, Options{}, "--target-groups=false")
+	waitFor(t, ctx, "the external route out, its tail started, the EndpointSlice route closed", func() bool {
+		v = f.ask(ctx, r, 0)
+		st := routeStates(v)
+		return st[name].TailEnds != nil && st[esName].TailEnds != nil && !st[esName].TailEnds.After(time.Now())
+	})
+	ext := routeStates(v)[name]
+	if got := ext.TailEnds.Sub(ext.Since); got != tail || ext.State != "terminating" || v.Released {
+		t.Errorf("route %s: %s, tail %s (%s), released %v; want terminating, the Service's %s, the pod held", name, ext.State, got, ext.Detail, v.Released, tail)
+	}
+	t.Logf("%s: %s", name, ext.Detail)
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,7 +69,11 @@ const DefaultLocalTail = 60 * time.Second
 // LocalTailAnnotation on a Service sets its Local-policy tail (a Go
 // duration), for a load balancer whose health checks are faster or slower
 // than the default assumes.
-const LocalTailAnnotation = "draingate.dev/local-policy-tail"
+const LocalTailAnnotation = annotationPrefix + "local-policy-tail"
+
+// annotationPrefix starts every annotation of draingate's that a Service
+// may carry: the cache keeps those.
+const annotationPrefix = "draingate.dev/"
 
 // Source observes EndpointSlice routes. Make it with New.
 type Source struct {
@@ -99,8 +104,9 @@ func (s *Source) Kind() string { return Kind }
 
 // Transform implements route.Source: a slice keeps its identity, the
 // Service label, and its endpoints' addresses, conditions, node and pod; a
-// Service its identity, type, traffic policies and selector (which pods
-// being created it will list: admission sizing, Selects).
+// Service its identity, type, traffic policies, selector (which pods
+// being created it will list: admission sizing, Selects) and draingate.dev
+// annotations.
 func (s *Source) Transform(obj any) (any, bool) {
 	if svc, ok := obj.(*corev1.Service); ok {
 		out := &corev1.Service{
@@ -108,8 +114,15 @@ func (s *Source) Transform(obj any) (any, bool) {
 			Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy,
 				InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, Selector: svc.Spec.Selector},
 		}
-		if v, ok := svc.Annotations[LocalTailAnnotation]; ok {
-			out.Annotations = map[string]string{LocalTailAnnotation: v}
+		// draingate's own annotations, which other kinds read too
+		// (external: draingate.dev/external-tail).
+		for k, v := range svc.Annotations {
+			if strings.HasPrefix(k, annotationPrefix) {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = v
+			}
 		}
 		return out, true
 	}

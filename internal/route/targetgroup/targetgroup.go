@@ -563,3 +563,27 @@ func groupGone(err error) bool {
 	var nf *types.TargetGroupNotFoundException
 	return err != nil && errors.As(err, &nf)
 }
+
+// ClaimsService implements route.ServiceClaimer: a Service that an `ip`
+// TargetGroupBinding names is this kind's route (instance bindings are
+// not: the kind does not follow node ports).
+func (s *Source) ClaimsService(ctx context.Context, namespace, name string) (bool, error) {
+	switch {
+	case !s.known.Load():
+		return false, errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
+	case !s.on.Load():
+		return false, nil
+	case !s.synced.Load():
+		return false, errors.New("the TargetGroupBinding cache has not synced yet")
+	}
+	bindings, err := s.ipBindings(ctx, namespace)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range bindings {
+		if b.Service == name {
+			return true, nil
+		}
+	}
+	return false, nil
+}
