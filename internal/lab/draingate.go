@@ -66,7 +66,12 @@ func (r *runner) startGate(ctx context.Context, ns string, st Strategy) (*gateSe
 		}
 		cl.CoreV1().Namespaces().Delete(bg, ns, metav1.DeleteOptions{})
 	}
-	vals, err := gateValues(r.emuURL, r.o.TimeScale, append(slices.Clone(st.Set), r.o.DraingateSet...))
+	sets := slices.Clone(st.Set)
+	if r.o.Scenario.GenericLB {
+		// What a user of a load balancer draingate cannot query sets.
+		sets = append(sets, "targetGroups=false")
+	}
+	vals, err := gateValues(r.emuURL, r.o.TimeScale, append(sets, r.o.DraingateSet...))
 	if err != nil {
 		return nil, cleanup, err
 	}

@@ -46,7 +46,7 @@ func (p *play) setup(ctx context.Context, arn string) error {
 		selector = map[string]string{"app": appName, versionLabel: "0"}
 		p.current = name
 	}
-	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector), metav1.CreateOptions{}); err != nil {
+	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector, p.sc.GenericLB), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}

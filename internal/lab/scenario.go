@@ -57,6 +57,12 @@ type Scenario struct {
 	Sidecar bool
 	// LoadBalancer is "application" (ALB) or "network" (NLB).
 	LoadBalancer string
+	// GenericLB plays a load balancer draingate cannot query (GKE, Azure,
+	// MetalLB): the app's Service is of type LoadBalancer, and draingate is
+	// installed with targetGroups=false, what a user of such a platform
+	// sets. The data plane still follows the emulator's target group, which
+	// draingate then never reads.
+	GenericLB bool
 	// LBNodes is how many nodes the load balancer's data plane has: each
 	// draws its own propagation delay per target change and connects to
 	// targets from its own source address; clients spread over them as DNS
@@ -127,8 +133,10 @@ var Scenarios = func() map[string]Scenario {
 	restart.Name, restart.Workload, restart.LivenessPeriod = "restart", Restart, 10*time.Second
 	sidecar := alb
 	sidecar.Name, sidecar.Sidecar = "sidecar", true
+	generic := alb
+	generic.Name, generic.GenericLB = "generic-lb", true
 	out := map[string]Scenario{}
-	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar} {
+	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic} {
 		out[sc.Name] = sc
 	}
 	return out
@@ -205,6 +213,7 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.LivenessPeriod, "liveness-period", s.LivenessPeriod, "restart: the app's liveness probe period (Kubernetes' default 10s; 3 failures restart it)")
 	fs.BoolVar(&s.Sidecar, "sidecar", s.Sidecar, "a lab webhook called after draingate's adds a proxy sidecar that stops accepting on SIGTERM")
 	fs.StringVar(&s.LoadBalancer, "lb", s.LoadBalancer, "load balancer type: application or network")
+	fs.BoolVar(&s.GenericLB, "generic-lb", s.GenericLB, "a load balancer draingate cannot query (GKE, Azure, MetalLB): the app's Service of type LoadBalancer, draingate installed with targetGroups=false")
 	fs.IntVar(&s.LBNodes, "lb-nodes", s.LBNodes, fmt.Sprintf("data plane nodes, each with its own propagation draws and source address (1-%d)", MaxLBNodes))
 	fs.StringVar(&s.Propagation, "propagation", s.Propagation, "propagation distribution: uniform (--propagation-min..max) or lognormal (--propagation-min plus --propagation-median/-p99)")
 	fs.DurationVar(&s.PropagationMedian, "propagation-median", s.PropagationMedian, "lognormal propagation: median")

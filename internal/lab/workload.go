@@ -88,14 +88,20 @@ func deployment(name string, labels map[string]string, replicas int32, st Strate
 }
 
 // service selects the app's pods by selector.
-func service(selector map[string]string) *corev1.Service {
-	return &corev1.Service{
+func service(selector map[string]string, lbType bool) *corev1.Service {
+	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: appName},
 		Spec: corev1.ServiceSpec{
 			Selector: selector,
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
 		},
 	}
+	if lbType {
+		// Scenario.GenericLB: no cloud controller gives it an address; its
+		// type is what draingate's external routes look for.
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	}
+	return svc
 }
 
 // selectorPatch points the Service at other pods, as a blue/green switch does.
