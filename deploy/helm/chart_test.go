@@ -1283,7 +1283,7 @@ func TestREADMEListsEveryValue(t *testing.T) {
 	// make: the required ones, then the optional ones, named so.
 	want := [][]string{
 		{"elasticloadbalancing:DescribeTargetGroups", "elasticloadbalancing:DescribeTargetHealth"},
-		{"ec2:DescribeNetworkInterfaces", "elasticloadbalancing:DescribeTargetGroupAttributes"},
+		{"ec2:DescribeNetworkInterfaces", "elasticloadbalancing:DescribeLoadBalancerAttributes", "elasticloadbalancing:DescribeTargetGroupAttributes"},
 	}
 	if len(policy.Statement) != len(want) || !strings.Contains(policy.Statement[1].Sid, "Optional") {
 		t.Errorf("IAM policy %+v, want %d statements, the second one optional", policy, len(want))

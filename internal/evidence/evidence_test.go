@@ -600,6 +600,30 @@ func TestKnownSenders(t *testing.T) {
 	}
 }
 
+// TestMaybeSenders: another zone's node, listed as one that may send
+// (cross-zone load balancing off), does not have to be seen for an early
+// close; if it does send, its arrivals are the route's traffic and hold it
+// while they come (fails if they were filed as not the load balancer's).
+func TestMaybeSenders(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(5 * time.Second)
+	until := outSince.Add(4 * tail)
+	rng := rand.New(rand.NewPCG(25, 26))
+	a := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
+	other := current(et.Regular(rng, "10.0.1.1", 5, 0.3, t0.Add(-time.Minute), outSince.Add(2*tail)))
+	zoned := tgOut(tail, outSince)
+	zoned.Senders = evidence.Senders{Known: true, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Maybe: []netip.Addr{netip.MustParseAddr("10.0.1.1")}}
+
+	at, c := closeTime(zoned, outSince, until, 100*time.Millisecond, 0, nil, a)
+	if at.IsZero() || !at.Before(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTraffic {
+		t.Errorf("the zone's node seen and quiet, the other zone's silent: closed at %v by %q (%s), want before the tail's end by traffic", at, c.ClosedBy, c.Detail)
+	}
+	at, c = closeTime(zoned, outSince, until, 100*time.Millisecond, 0, nil, a, other)
+	if at.IsZero() || at.Before(et.Last(other)) {
+		t.Errorf("the other zone's node sending past the tail: closed at %v, before its last arrival %v (%s); want held while it sends", at, et.Last(other), c.Detail)
+	}
+}
+
 // TestInClusterSourcesAreNotWeighed: another pod of the cluster sending on
 // the route's port past the tail's end (a keep-alive client pinned to the
 // pod) neither holds the route nor counts as its traffic; the same

@@ -54,6 +54,12 @@ type Senders struct {
 	// as the floor.
 	Known bool
 	Addrs []netip.Addr
+	// Maybe, with Known, lists nodes of the load balancer that should not
+	// send to the pod but may (another zone's, with cross-zone load
+	// balancing off: a setting that can change): their arrivals are the
+	// route's traffic, weighed like the others', but an early close does
+	// not need them seen.
+	Maybe []netip.Addr
 	// SeenAreAll, with Known false, takes the remote sources the agent
 	// saw for all the senders the route has: the rule before senders were
 	// listed, which a node that sent nothing while the agent watched
@@ -252,7 +258,7 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			a = *s.Conns
 			j.conns = true
 			if s.Class == ClassRemote && (len(r.Ports) == 0 || slices.Contains(r.Ports, s.Port)) &&
-				(!r.Senders.Known || slices.Contains(r.Senders.Addrs, s.Addr)) {
+				r.Senders.sends(s.Addr) {
 				j.open += s.Open
 			}
 		}
@@ -262,7 +268,7 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			j.inCluster += a.N
 		case s.Class != ClassRemote:
 			j.fromNode += a.N
-		case r.Senders.Known && !slices.Contains(r.Senders.Addrs, s.Addr):
+		case !r.Senders.sends(s.Addr):
 			j.others += a.N
 		default:
 			weigh = append(weigh, a)
@@ -341,6 +347,12 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 	// from at or after the close time.
 	j.fresh = !ev.At.Before(j.closeAt)
 	return j
+}
+
+// sends says whether a's arrivals are the route's traffic: any remote
+// address's when the senders are not listed, else a listed node's.
+func (s Senders) sends(a netip.Addr) bool {
+	return !s.Known || slices.Contains(s.Addrs, a) || slices.Contains(s.Maybe, a)
 }
 
 // untrusted says why the sources seen may not be all the route's senders

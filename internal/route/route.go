@@ -182,6 +182,9 @@ type ServiceClaimer interface {
 // several slices list the pod (dual stack).
 type Endpoint struct {
 	Ready, Serving, Terminating bool
+	// Zone is the endpoint's zone (its node's topology.kubernetes.io/zone,
+	// which the EndpointSlice controller copies); "" when not set.
+	Zone string
 }
 
 // Peer returns the first of sources that implements T (a small interface

@@ -33,8 +33,9 @@ type EC2API interface {
 
 // Action names passed to Config.Metrics.
 const (
-	DescribeTargetGroupAttributesAction = "DescribeTargetGroupAttributes"
-	DescribeNetworkInterfacesAction     = "DescribeNetworkInterfaces"
+	DescribeTargetGroupAttributesAction  = "DescribeTargetGroupAttributes"
+	DescribeLoadBalancerAttributesAction = "DescribeLoadBalancerAttributes"
+	DescribeNetworkInterfacesAction      = "DescribeNetworkInterfaces"
 )
 
 // ErrNodesDenied is wrapped by Observation.SendersErr when AWS refused the
@@ -53,12 +54,19 @@ const maxNodePages = 10
 
 // nodeList is one load balancer's nodes, guarded by Poller.mu.
 type nodeList struct {
-	addrs    []netip.Addr // from the last good read, sorted
-	readAt   time.Time    // when the last good read ended; zero: none yet
-	err      error        // the last read's error; nil after a good one
-	failures int          // consecutive failed reads
-	next     time.Time    // no read before
-	reading  bool         // a group's goroutine reads it now
+	addrs    []netip.Addr          // from the last good read, sorted
+	zones    map[netip.Addr]string // each address's Availability Zone, from the same read
+	readAt   time.Time             // when the last good read ended; zero: none yet
+	err      error                 // the last read's error; nil after a good one
+	failures int                   // consecutive failed reads
+	next     time.Time             // no read before
+	reading  bool                  // a group's goroutine reads it now
+
+	// crossZone is an NLB's load_balancing.cross_zone.enabled ("true" or
+	// "false"; "" until read), read with the node list; czDenied: AWS
+	// refused the read (said once in the log).
+	crossZone string
+	czDenied  bool
 }
 
 // readSenders keeps the node lists of g's load balancers fresh: for a
@@ -87,7 +95,7 @@ func (p *Poller) readSenders(ctx context.Context, g *group, now time.Time) {
 		if ctx.Err() != nil {
 			return
 		}
-		p.readNodes(ctx, lb, info.vpcID)
+		p.readNodes(ctx, lb, info.vpcID, info.lbType == TypeNetwork)
 	}
 }
 
@@ -106,7 +114,7 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 	if now.Before(g.attrRetry) || p.budget.takeLow(ctx) != nil {
 		return "", false
 	}
-	why, err := p.describeClientIP(ctx, g.arn)
+	why, crossZone, err := p.describeClientIP(ctx, g.arn)
 	if ctx.Err() != nil {
 		return "", false
 	}
@@ -116,6 +124,7 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 	} else {
 		delete(p.clientIPErr, g.arn)
 		p.clientIP[g.arn] = why
+		p.tgCrossZone[g.arn] = crossZone
 	}
 	denied := err != nil && isDenied(err)
 	say := denied && !p.attrDeniedSaid
@@ -140,37 +149,41 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 }
 
 // describeClientIP reads the group's preserve_client_ip.enabled: why its
-// NLB's nodes are not its senders, "" when they are.
-func (p *Poller) describeClientIP(ctx context.Context, arn string) (string, error) {
+// NLB's nodes are not its senders, "" when they are; and, from the same
+// answer, its load_balancing.cross_zone.enabled ("" when absent).
+func (p *Poller) describeClientIP(ctx context.Context, arn string) (why, crossZone string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	p.calls.Add(1)
 	out, err := p.api.DescribeTargetGroupAttributes(cctx,
 		&elasticloadbalancingv2.DescribeTargetGroupAttributesInput{TargetGroupArn: aws.String(arn)}, singleAttempt)
 	if err != nil && ctx.Err() != nil {
-		return "", err
+		return "", "", err
 	}
 	p.outcome(DescribeTargetGroupAttributesAction, err)
 	if err != nil {
-		return "", fmt.Errorf("describe target group attributes %s: %w", arn, err)
+		return "", "", fmt.Errorf("describe target group attributes %s: %w", arn, err)
 	}
+	why = "the target group has no preserve_client_ip.enabled attribute: whether its NLB passes its clients' addresses on is not known"
 	for _, a := range out.Attributes {
-		if aws.ToString(a.Key) != "preserve_client_ip.enabled" {
-			continue
+		switch v := aws.ToString(a.Value); aws.ToString(a.Key) {
+		case "preserve_client_ip.enabled":
+			why = ""
+			if v != "false" {
+				why = fmt.Sprintf("the NLB passes its clients' own addresses on (preserve_client_ip.enabled=%s): its nodes are not the senders", v)
+			}
+		case "load_balancing.cross_zone.enabled":
+			crossZone = v
 		}
-		if v := aws.ToString(a.Value); v != "false" {
-			return fmt.Sprintf("the NLB passes its clients' own addresses on (preserve_client_ip.enabled=%s): its nodes are not the senders", v), nil
-		}
-		return "", nil
 	}
-	return "the target group has no preserve_client_ip.enabled attribute: whether its NLB passes its clients' addresses on is not known", nil
+	return why, crossZone, nil
 }
 
 // readNodes reads a load balancer's node list when it is due (never read,
 // or read NodesRefresh ago, or a failed read's backoff passed) and no
 // other group reads it, unless AWS denied the permission less than
 // DeniedPause ago. The groups behind it hear of a change.
-func (p *Poller) readNodes(ctx context.Context, lb, vpc string) {
+func (p *Poller) readNodes(ctx context.Context, lb, vpc string, nlb bool) {
 	p.mu.Lock()
 	n := p.lbs[lb]
 	if n == nil {
@@ -185,7 +198,11 @@ func (p *Poller) readNodes(ctx context.Context, lb, vpc string) {
 	n.reading = true
 	p.mu.Unlock()
 
-	addrs, err := p.describeNodes(ctx, lb, vpc)
+	addrs, zones, err := p.describeNodes(ctx, lb, vpc)
+	crossZone, czErr := "", error(nil)
+	if err == nil && nlb {
+		crossZone, czErr = p.describeCrossZone(ctx, lb)
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -193,12 +210,15 @@ func (p *Poller) readNodes(ctx context.Context, lb, vpc string) {
 	if ctx.Err() != nil {
 		return // the group's last waiter left: the list is as it was
 	}
+	if nlb && err == nil {
+		p.noteCrossZoneLocked(n, lb, crossZone, czErr)
+	}
 	done := time.Now()
 	wasKnown := n.fresh(done, p.cfg.NodesRefresh)
 	before := n.addrs
 	switch {
 	case err == nil:
-		n.addrs, n.readAt, n.err, n.failures = addrs, done, nil, 0
+		n.addrs, n.zones, n.readAt, n.err, n.failures = addrs, zones, done, nil, 0
 		n.next = done.Add(p.cfg.NodesRefresh)
 		p.deniedErr = nil
 	case errors.Is(err, ErrNodesDenied):
@@ -253,10 +273,10 @@ func nodesDescription(lb string) (string, bool) {
 // private IPv4 and IPv6 address of every network interface described as
 // the load balancer's, in its VPC, page by page, each page a call from
 // the budget.
-func (p *Poller) describeNodes(ctx context.Context, lb, vpc string) ([]netip.Addr, error) {
+func (p *Poller) describeNodes(ctx context.Context, lb, vpc string) ([]netip.Addr, map[netip.Addr]string, error) {
 	desc, ok := nodesDescription(lb)
 	if !ok {
-		return nil, fmt.Errorf("load balancer ARN %q names no ALB or NLB (loadbalancer/app/NAME/ID or net/NAME/ID)", lb)
+		return nil, nil, fmt.Errorf("load balancer ARN %q names no ALB or NLB (loadbalancer/app/NAME/ID or net/NAME/ID)", lb)
 	}
 	in := &ec2.DescribeNetworkInterfacesInput{
 		Filters:    []ec2types.Filter{{Name: aws.String("description"), Values: []string{desc}}},
@@ -266,30 +286,33 @@ func (p *Poller) describeNodes(ctx context.Context, lb, vpc string) ([]netip.Add
 		in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("vpc-id"), Values: []string{vpc}})
 	}
 	var addrs []netip.Addr
-	add := func(s *string) {
+	zones := map[netip.Addr]string{}
+	add := func(s *string, zone string) {
 		if a, err := netip.ParseAddr(aws.ToString(s)); err == nil {
 			addrs = append(addrs, a.Unmap())
+			zones[a.Unmap()] = zone
 		}
 	}
 	for page := 0; ; page++ {
 		if page == maxNodePages {
-			return nil, fmt.Errorf("describe network interfaces of load balancer %s: more than %d pages", lb, maxNodePages)
+			return nil, nil, fmt.Errorf("describe network interfaces of load balancer %s: more than %d pages", lb, maxNodePages)
 		}
 		if err := p.budget.takeLow(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out, err := p.callNodes(ctx, in)
 		if err != nil {
-			return nil, fmt.Errorf("describe network interfaces of load balancer %s: %w", lb, err)
+			return nil, nil, fmt.Errorf("describe network interfaces of load balancer %s: %w", lb, err)
 		}
 		for _, ni := range out.NetworkInterfaces {
-			add(ni.PrivateIpAddress)
+			zone := aws.ToString(ni.AvailabilityZone)
+			add(ni.PrivateIpAddress, zone)
 			for _, a := range ni.PrivateIpAddresses {
-				add(a.PrivateIpAddress)
+				add(a.PrivateIpAddress, zone)
 			}
-			add(ni.Ipv6Address)
+			add(ni.Ipv6Address, zone)
 			for _, a := range ni.Ipv6Addresses {
-				add(a.Ipv6Address)
+				add(a.Ipv6Address, zone)
 			}
 		}
 		if aws.ToString(out.NextToken) == "" {
@@ -298,7 +321,50 @@ func (p *Poller) describeNodes(ctx context.Context, lb, vpc string) ([]netip.Add
 		in.NextToken = out.NextToken
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	return slices.Compact(addrs), nil
+	return slices.Compact(addrs), zones, nil
+}
+
+// describeCrossZone reads an NLB's load_balancing.cross_zone.enabled, with
+// one DescribeLoadBalancerAttributes call from the budget.
+func (p *Poller) describeCrossZone(ctx context.Context, lb string) (string, error) {
+	if err := p.budget.takeLow(ctx); err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	p.calls.Add(1)
+	out, err := p.api.DescribeLoadBalancerAttributes(cctx,
+		&elasticloadbalancingv2.DescribeLoadBalancerAttributesInput{LoadBalancerArn: aws.String(lb)}, singleAttempt)
+	if err != nil && ctx.Err() != nil {
+		return "", err
+	}
+	p.outcome(DescribeLoadBalancerAttributesAction, err)
+	if err != nil {
+		return "", fmt.Errorf("describe load balancer attributes %s: %w", lb, err)
+	}
+	for _, a := range out.Attributes {
+		if aws.ToString(a.Key) == "load_balancing.cross_zone.enabled" {
+			return aws.ToString(a.Value), nil
+		}
+	}
+	return "", nil
+}
+
+// noteCrossZoneLocked keeps what a read of an NLB's cross-zone setting
+// found: a failed read forgets it (unknown counts as on: every zone's node
+// is a sender), a denied one says so once. p.mu is held.
+func (p *Poller) noteCrossZoneLocked(n *nodeList, lb, crossZone string, err error) {
+	if err == nil {
+		n.crossZone = crossZone
+		return
+	}
+	n.crossZone = ""
+	if isDenied(err) && !n.czDenied {
+		n.czDenied = true
+		p.cfg.Log.Warn("the server's role may not call elasticloadbalancing:DescribeLoadBalancerAttributes: add it to the server's role "+
+			"to let traffic evidence close routes early behind an NLB whose cross-zone load balancing is off; without it every zone's node must be seen",
+			"load_balancer", lb, "error", err)
+	}
 }
 
 // callNodes makes one DescribeNetworkInterfaces call and accounts for it.
@@ -345,50 +411,93 @@ func isDenied(err error) bool {
 	return false
 }
 
+// senders is who sends a group's traffic, as sendersLocked judges it.
+type senders struct {
+	addrs        []netip.Addr
+	zones        map[netip.Addr]string
+	crossZoneOff bool
+	why          string
+	err          error
+}
+
 // sendersLocked is who sends arn's traffic, judged at now: the nodes of
 // every load balancer in front of it when each list is fresh (why empty),
-// else why not, and the read error behind it if any. p.mu is held.
-func (p *Poller) sendersLocked(arn string, now time.Time) (addrs []netip.Addr, why string, err error) {
+// with their zones and whether they send only within their zone; else why
+// not, and the read error behind it if any. p.mu is held.
+func (p *Poller) sendersLocked(arn string, now time.Time) senders {
+	addrs, zones, why, err := p.nodesLocked(arn, now)
+	if why != "" {
+		return senders{why: why, err: err}
+	}
+	return senders{addrs: addrs, zones: zones, crossZoneOff: p.crossZoneOffLocked(arn), why: why, err: err}
+}
+
+// crossZoneOffLocked says whether arn's nodes are known to send only to
+// targets of their own zone: an NLB group whose own cross-zone attribute
+// is "false", or that follows its load balancers' and each of them has it
+// "false" (an NLB's default). Anything unknown counts as on. p.mu is held.
+func (p *Poller) crossZoneOffLocked(arn string) bool {
+	info := p.infos[arn]
+	if info.lbType != TypeNetwork {
+		return false
+	}
+	switch p.tgCrossZone[arn] {
+	case "false":
+		return true
+	case "use_load_balancer_configuration":
+	default:
+		return false
+	}
+	for _, lb := range info.lbARNs {
+		if n := p.lbs[lb]; n == nil || n.crossZone != "false" {
+			return false
+		}
+	}
+	return len(info.lbARNs) > 0
+}
+
+// nodesLocked is sendersLocked's node list. p.mu is held.
+func (p *Poller) nodesLocked(arn string, now time.Time) (addrs []netip.Addr, zones map[netip.Addr]string, why string, err error) {
 	const unknown = "the load balancer's nodes are not known: "
 	if p.cfg.EC2 == nil {
-		return nil, unknown + "the server reads no node lists (no EC2 client)", nil
+		return nil, nil, unknown + "the server reads no node lists (no EC2 client)", nil
 	}
 	info, ok := p.infos[arn]
 	switch {
 	case !ok:
-		return nil, unknown + "the target group's load balancer is not read yet", nil
+		return nil, nil, unknown + "the target group's load balancer is not read yet", nil
 	case info.lbType == TypeNetwork:
 		if why, ok := p.clientIP[arn]; ok && why != "" {
-			return nil, why, nil
+			return nil, nil, why, nil
 		} else if !ok {
 			if err := p.clientIPErr[arn]; err != nil {
-				return nil, fmt.Sprintf("whether the NLB passes its clients' addresses on could not be read (%v)", err), err
+				return nil, nil, fmt.Sprintf("whether the NLB passes its clients' addresses on could not be read (%v)", err), err
 			}
-			return nil, "whether the NLB passes its clients' addresses on (preserve_client_ip.enabled) is not read yet", nil
+			return nil, nil, "whether the NLB passes its clients' addresses on (preserve_client_ip.enabled) is not read yet", nil
 		}
 	case info.lbType == TypeGateway:
-		return nil, "a Gateway Load Balancer forwards its clients' packets and opens no connections of its own", nil
+		return nil, nil, "a Gateway Load Balancer forwards its clients' packets and opens no connections of its own", nil
 	case info.lbType != TypeApplication:
-		return nil, fmt.Sprintf("a load balancer of type %q: its nodes are not listed", info.lbType), nil
+		return nil, nil, fmt.Sprintf("a load balancer of type %q: its nodes are not listed", info.lbType), nil
 	}
 	if len(info.lbARNs) == 0 {
-		return nil, unknown + "the target group names no load balancer", nil
+		return nil, nil, unknown + "the target group names no load balancer", nil
 	}
 	for _, lb := range info.lbARNs {
 		n := p.lbs[lb]
 		switch {
 		case (n == nil || n.readAt.IsZero()) && p.deniedErr != nil:
-			return nil, unknown + ErrNodesDenied.Error() + " (add it to let traffic evidence close routes early)", p.deniedErr
+			return nil, nil, unknown + ErrNodesDenied.Error() + " (add it to let traffic evidence close routes early)", p.deniedErr
 		case n == nil || n.readAt.IsZero() && n.err == nil:
-			return nil, unknown + "not read yet", nil
+			return nil, nil, unknown + "not read yet", nil
 		case n.readAt.IsZero():
-			return nil, fmt.Sprintf(unknown+"they could not be read (%v)", n.err), n.err
+			return nil, nil, fmt.Sprintf(unknown+"they could not be read (%v)", n.err), n.err
 		case now.Sub(n.readAt) > staleAfter*p.cfg.NodesRefresh:
 			why := fmt.Sprintf(unknown+"the list is stale, read %s ago", now.Sub(n.readAt).Round(time.Second))
 			if n.err != nil {
 				why += fmt.Sprintf(" (%v)", n.err)
 			}
-			return nil, why, n.err
+			return nil, nil, why, n.err
 		}
 		// A node connects to an IPv4 target from its IPv4 address and to an
 		// IPv6 one from its IPv6 address: the other family never sends
@@ -397,6 +506,10 @@ func (p *Poller) sendersLocked(arn string, now time.Time) (addrs []netip.Addr, w
 		for _, a := range n.addrs {
 			if a.Is6() == info.ipv6 {
 				addrs = append(addrs, a)
+				if zones == nil {
+					zones = map[netip.Addr]string{}
+				}
+				zones[a] = n.zones[a]
 			}
 		}
 		if len(addrs) == before {
@@ -404,11 +517,11 @@ func (p *Poller) sendersLocked(arn string, now time.Time) (addrs []netip.Addr, w
 			if info.ipv6 {
 				family = "IPv6"
 			}
-			return nil, unknown + "no " + family + " address on a network interface of load balancer " + lb, nil
+			return nil, nil, unknown + "no " + family + " address on a network interface of load balancer " + lb, nil
 		}
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	return slices.Compact(addrs), "", nil
+	return slices.Compact(addrs), zones, "", nil
 }
 
 // LoadBalancerNodes is one load balancer's node list as the poller holds

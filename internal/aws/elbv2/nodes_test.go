@@ -262,7 +262,8 @@ func TestSendersStaleRule(t *testing.T) {
 		if c.n != nil {
 			p.lbs[lb] = c.n
 		}
-		addrs, why, _ := p.sendersLocked("tg", c.at)
+		sd := p.sendersLocked("tg", c.at)
+		addrs, why := sd.addrs, sd.why
 		if (why == "") != c.known || !strings.Contains(why, c.why) || c.known && len(addrs) != 1 {
 			t.Errorf("%s: senders %v, why %q; want known %v, why with %q", c.name, addrs, why, c.known, c.why)
 		}
@@ -277,8 +278,8 @@ func TestSendersStaleRule(t *testing.T) {
 	p.infos["tg6"] = groupInfo{lbType: TypeApplication, lbARNs: []string{lb, other}, ipv6: true}
 	p.infos["tg4"] = groupInfo{lbType: TypeApplication, lbARNs: []string{lb, other}}
 	for arn, want := range map[string][]string{"tg6": {"2001:db8::1", "2001:db8::2"}, "tg4": {"10.0.0.1", "10.0.0.2"}} {
-		if addrs, why, _ := p.sendersLocked(arn, read); why != "" || !slices.Equal(addrStrings(addrs), want) {
-			t.Errorf("%s: senders %v (%q), want %v", arn, addrs, why, want)
+		if sd := p.sendersLocked(arn, read); sd.why != "" || !slices.Equal(addrStrings(sd.addrs), want) {
+			t.Errorf("%s: senders %v (%q), want %v", arn, sd.addrs, sd.why, want)
 		}
 	}
 }
@@ -376,5 +377,51 @@ func TestClientIPDenied(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "may not call elasticloadbalancing:DescribeTargetGroupAttributes"); n != 1 {
 		t.Errorf("the log says it %d times, want once:\n%s", n, log.String())
+	}
+}
+
+// Zones: each sender comes with its interface's zone. A group behind an
+// NLB whose cross-zone load balancing is off (the NLB's default, which the
+// group follows) has CrossZoneOff; one that turns it on for itself, or
+// whose NLB has it on (read again with the nodes), does not; an ALB never.
+func TestSenderZonesAndCrossZone(t *testing.T) {
+	nodes := []string{"10.0.1.5", "10.0.2.5", "10.0.3.5"} // the emulator puts interface i in zone a, b, c
+	for _, c := range []struct {
+		name    string
+		spec    elbv2sim.TargetGroupSpec
+		lbOn    bool
+		wantOff bool
+	}{
+		{"nlb, default", elbv2sim.TargetGroupSpec{LoadBalancerType: elbv2sim.Network}, false, true},
+		{"nlb, group on", elbv2sim.TargetGroupSpec{LoadBalancerType: elbv2sim.Network, CrossZone: "true"}, false, false},
+		{"nlb, group off, lb on", elbv2sim.TargetGroupSpec{LoadBalancerType: elbv2sim.Network, CrossZone: "false"}, true, true},
+		{"nlb on", elbv2sim.TargetGroupSpec{LoadBalancerType: elbv2sim.Network}, true, false},
+		{"alb", elbv2sim.TargetGroupSpec{LoadBalancerType: elbv2sim.Application}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.spec.Name, c.spec.TargetType, c.spec.Port = "db", elbv2sim.TargetTypeIP, 5432
+			b := newNodesBench(t, c.spec, nodes...)
+			b.sim.SetLoadBalancerCrossZone(b.lb, c.lbOn)
+			var res results
+			p := New(b.client, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: b.sim.EC2Client(), Metrics: res.hook})
+			defer p.Close()
+			w := p.Watch(b.arn)
+			defer w.Close()
+			var o Observation
+			waitFor(t, "senders known", func() bool {
+				o, _ = w.Latest()
+				return o.SendersKnown
+			})
+			zones := map[string]bool{}
+			for _, a := range o.Senders {
+				zones[o.SenderZones[a]] = true
+			}
+			if len(zones) != 3 || zones[""] {
+				t.Errorf("sender zones %v; want each of the three nodes' own", o.SenderZones)
+			}
+			if o.CrossZoneOff != c.wantOff {
+				t.Errorf("CrossZoneOff %v; want %v", o.CrossZoneOff, c.wantOff)
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ type API interface {
 	DescribeTargetHealth(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetHealthInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetHealthOutput, error)
 	DescribeTargetGroups(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error)
 	DescribeTargetGroupAttributes(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupAttributesInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupAttributesOutput, error)
+	DescribeLoadBalancerAttributes(ctx context.Context, in *elasticloadbalancingv2.DescribeLoadBalancerAttributesInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeLoadBalancerAttributesOutput, error)
 }
 
 // Config sizes a Poller. Zero fields take the defaults given beside them.
@@ -168,6 +169,14 @@ type Observation struct {
 	SendersKnown bool
 	SendersWhy   string
 	SendersErr   error
+	// SenderZones is each sender's Availability Zone, as its network
+	// interface says. CrossZoneOff says that the group's nodes send only
+	// to targets of their own zone: an NLB group whose cross-zone load
+	// balancing is known to be off (its own attribute, or its load
+	// balancers'); never for an ALB, whose nodes are taken to send to
+	// every zone. Observations share the map: it must not be modified.
+	SenderZones  map[netip.Addr]string
+	CrossZoneOff bool
 }
 
 // ErrClosed is the Err a waiter reports once its Poller is closed.
@@ -197,6 +206,10 @@ type Poller struct {
 	// read; clientIPErr the last failed read.
 	clientIP    map[string]string
 	clientIPErr map[string]error
+	// tgCrossZone is, per group behind an NLB, its
+	// load_balancing.cross_zone.enabled as read with clientIP ("true",
+	// "false", "use_load_balancer_configuration"; "" when absent).
+	tgCrossZone map[string]string
 	// lbs are the load balancers' node lists, by load balancer ARN;
 	// deniedUntil is when a denied DescribeNetworkInterfaces may be asked
 	// again, deniedErr the denial (nil once a read succeeds), deniedSaid
@@ -234,6 +247,7 @@ func New(api API, cfg Config) *Poller {
 		infos:       map[string]groupInfo{},
 		clientIP:    map[string]string{},
 		clientIPErr: map[string]error{},
+		tgCrossZone: map[string]string{},
 		lbs:         map[string]*nodeList{},
 	}
 }
@@ -284,13 +298,14 @@ func (p *Poller) Watch(arn string) *Waiter {
 // here without a new poll.
 func (w *Waiter) Latest() (obs Observation, ok bool) {
 	w.p.mu.Lock()
-	senders, why, err := w.p.sendersLocked(w.g.arn, time.Now())
+	sd := w.p.sendersLocked(w.g.arn, time.Now())
 	w.p.mu.Unlock()
 	w.g.mu.Lock()
 	obs, ok = w.g.obs, w.g.good
 	w.g.mu.Unlock()
 	if ok {
-		obs.Senders, obs.SendersKnown, obs.SendersWhy, obs.SendersErr = senders, why == "", why, err
+		obs.Senders, obs.SendersKnown, obs.SendersWhy, obs.SendersErr = sd.addrs, sd.why == "", sd.why, sd.err
+		obs.SenderZones, obs.CrossZoneOff = sd.zones, sd.crossZoneOff
 	}
 	return obs, ok
 }

@@ -141,6 +141,10 @@ func (c *countingAPI) DescribeTargetGroupAttributes(ctx context.Context, in *ela
 	return c.api.DescribeTargetGroupAttributes(ctx, in, optFns...)
 }
 
+func (c *countingAPI) DescribeLoadBalancerAttributes(ctx context.Context, in *elasticloadbalancingv2.DescribeLoadBalancerAttributesInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeLoadBalancerAttributesOutput, error) {
+	return c.api.DescribeLoadBalancerAttributes(ctx, in, optFns...)
+}
+
 func (c *countingAPI) perGroup() (map[string]int, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

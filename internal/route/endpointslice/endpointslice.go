@@ -142,7 +142,7 @@ func (s *Source) Transform(obj any) (any, bool) {
 		out.Labels = map[string]string{serviceNameLabel: svc}
 	}
 	for i, e := range sl.Endpoints {
-		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, NodeName: e.NodeName}
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, NodeName: e.NodeName, Zone: e.Zone}
 		if r := e.TargetRef; r != nil {
 			out.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, UID: r.UID}
 		}
@@ -296,6 +296,8 @@ type Endpoint struct {
 	// Service is the Service's name ("" for a slice that names none).
 	Service                     string
 	Ready, Serving, Terminating bool
+	// Zone is the endpoint's zone, "" when the slice gives none.
+	Zone string
 }
 
 // ServiceEndpoints implements route.ServiceLister: the pod's endpoint in
@@ -308,7 +310,7 @@ func (s *Source) ServiceEndpoints(ctx context.Context, pod *corev1.Pod) (map[str
 	out := make(map[string]route.Endpoint, len(byRoute))
 	for _, e := range byRoute {
 		if e.Service != "" {
-			out[e.Service] = route.Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating}
+			out[e.Service] = route.Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, Zone: e.Zone}
 		}
 	}
 	return out, nil
@@ -551,6 +553,9 @@ func endpointOf(e discoveryv1.Endpoint) Endpoint {
 	}
 	if e.Conditions.Terminating != nil {
 		v.Terminating = *e.Conditions.Terminating
+	}
+	if e.Zone != nil {
+		v.Zone = *e.Zone
 	}
 	return v
 }

@@ -124,7 +124,7 @@ func newCalls() *prometheus.CounterVec {
 		Help: "AWS API calls made by this replica, by action and result (ok, throttled, denied, error): the ELBv2 ones and EC2's DescribeNetworkInterfaces, " +
 			"which lists the load balancers' nodes. Every call, retries included, comes out of --aws-rate; each throttled ELBv2 one slows this replica's budget down for a while.",
 	}, []string{"action", "result"})
-	for _, a := range []string{elbv2.DescribeTargetHealthAction, elbv2.DescribeTargetGroupsAction, elbv2.DescribeTargetGroupAttributesAction, elbv2.DescribeNetworkInterfacesAction} {
+	for _, a := range []string{elbv2.DescribeTargetHealthAction, elbv2.DescribeTargetGroupsAction, elbv2.DescribeTargetGroupAttributesAction, elbv2.DescribeLoadBalancerAttributesAction, elbv2.DescribeNetworkInterfacesAction} {
 		for _, r := range []string{"ok", "throttled", "denied", "error"} {
 			calls.WithLabelValues(a, r)
 		}

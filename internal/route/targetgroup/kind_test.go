@@ -86,8 +86,8 @@ func TestNodeReader(t *testing.T) {
 // alert on increase() sees a replica's first throttled or denied call.
 func TestCallSeriesStartAtZero(t *testing.T) {
 	calls := newCalls()
-	if n := testutil.CollectAndCount(calls); n != 16 {
-		t.Errorf("%d series before any call, want 16 (4 actions × 4 results)", n)
+	if n := testutil.CollectAndCount(calls); n != 20 {
+		t.Errorf("%d series before any call, want 20 (5 actions × 4 results)", n)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(calls)

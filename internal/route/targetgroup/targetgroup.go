@@ -166,7 +166,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			s.noteRoute(key, k.Name)
 		}
 	}
-	served, err := s.bound(ctx, pod, arns)
+	served, zone, err := s.bound(ctx, pod, arns)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic = true
-			o.Senders = Senders(obs)
+			o.Senders = Senders(obs, zone)
 		case groupGone(obs.Err) && !s.wasRoute(key, arn):
 			// A binding whose group was deleted in AWS: no route of a pod
 			// it never served (it would otherwise hold every pod of the
@@ -226,19 +226,21 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 
 // bound adds to arns the groups of the `ip` bindings in the pod's
 // namespace, once their cache synced, and returns those whose Service
-// lists the pod ready or serving.
-func (s *Source) bound(ctx context.Context, pod *corev1.Pod, arns map[string]bool) (served map[string]bool, err error) {
+// lists the pod ready or serving, and the pod's zone as its endpoints give
+// it ("" when none does, or they disagree).
+func (s *Source) bound(ctx context.Context, pod *corev1.Pod, arns map[string]bool) (served map[string]bool, zone string, err error) {
 	served = map[string]bool{}
 	if !s.synced.Load() {
-		return served, nil
+		return served, "", nil
 	}
 	listed, err := s.services.ServiceEndpoints(ctx, pod)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	zone = podZone(listed)
 	bindings, err := s.ipBindings(ctx, pod.Namespace)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for _, b := range bindings {
 		arns[b.ARN] = true
@@ -249,7 +251,23 @@ func (s *Source) bound(ctx context.Context, pod *corev1.Pod, arns map[string]boo
 			served[b.ARN] = true
 		}
 	}
-	return served, nil
+	return served, zone, nil
+}
+
+// podZone is the zone the pod's endpoints agree on; "" when none gives one
+// or two differ.
+func podZone(listed map[string]route.Endpoint) string {
+	zone := ""
+	for _, e := range listed {
+		switch {
+		case e.Zone == "":
+		case zone == "":
+			zone = e.Zone
+		case zone != e.Zone:
+			return ""
+		}
+	}
+	return zone
 }
 
 func (s *Source) noteType(arn, lbType string) {
@@ -548,14 +566,33 @@ func SameIP(id, ip string) bool {
 	return errA == nil && errB == nil && a.Unmap().WithZone("") == b.Unmap().WithZone("")
 }
 
-// Senders is who sends a group's traffic, for the evidence: the nodes of
-// its load balancers when the poller holds a fresh list of each, else
-// nobody known and why, so that the evidence may only lengthen the wait.
-func Senders(obs elbv2.Observation) evidence.Senders {
-	if obs.SendersKnown {
+// Senders is who sends a group's traffic to a pod in zone, for the
+// evidence: the nodes of its load balancers when the poller holds a fresh
+// list of each, else nobody known and why, so that the evidence may only
+// lengthen the wait. When the group's nodes send only within their zone
+// (obs.CrossZoneOff) and the pod's zone is known, the senders an early
+// close must see are the nodes of that zone; the others may still send
+// (the setting can change), and are weighed if they do. A zone with no
+// node keeps every node a sender.
+func Senders(obs elbv2.Observation, zone string) evidence.Senders {
+	if !obs.SendersKnown {
+		return evidence.Senders{Why: obs.SendersWhy}
+	}
+	if !obs.CrossZoneOff || zone == "" {
 		return evidence.Senders{Known: true, Addrs: obs.Senders}
 	}
-	return evidence.Senders{Why: obs.SendersWhy}
+	var in, out []netip.Addr
+	for _, a := range obs.Senders {
+		if obs.SenderZones[a] == zone {
+			in = append(in, a)
+		} else {
+			out = append(out, a)
+		}
+	}
+	if len(in) == 0 {
+		return evidence.Senders{Known: true, Addrs: obs.Senders}
+	}
+	return evidence.Senders{Known: true, Addrs: in, Maybe: out}
 }
 
 // groupGone reports whether err says the target group does not exist.

@@ -204,12 +204,34 @@ func TestRoutesOutliveForget(t *testing.T) {
 // seen, and the reason travels with it.
 func TestSenders(t *testing.T) {
 	nodes := []netip.Addr{netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("10.0.2.7")}
-	if got := Senders(elbv2.Observation{Senders: nodes, SendersKnown: true}); !got.Known || !slices.Equal(got.Addrs, nodes) || got.SeenAreAll {
+	if got := Senders(elbv2.Observation{Senders: nodes, SendersKnown: true}, "eu-west-1a"); !got.Known || !slices.Equal(got.Addrs, nodes) || got.SeenAreAll {
 		t.Errorf("known: %+v", got)
 	}
 	why := "the load balancer's nodes are not known: the list is stale, read 3m1s ago"
-	if got := Senders(elbv2.Observation{Senders: nodes, SendersWhy: why}); got.Known || got.SeenAreAll || got.Addrs != nil || got.Why != why {
+	if got := Senders(elbv2.Observation{Senders: nodes, SendersWhy: why}, ""); got.Known || got.SeenAreAll || got.Addrs != nil || got.Why != why {
 		t.Errorf("not known: %+v, want no senders and the reason", got)
+	}
+}
+
+// With cross-zone load balancing off, a pod in a known zone needs only its
+// zone's nodes seen; the other zones' may send and are weighed if they do.
+// An unknown zone, a zone without a node, or cross-zone on: every node.
+func TestSendersByZone(t *testing.T) {
+	a, b, c := netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("10.0.2.7"), netip.MustParseAddr("10.0.3.9")
+	obs := elbv2.Observation{Senders: []netip.Addr{a, b, c}, SendersKnown: true, CrossZoneOff: true,
+		SenderZones: map[netip.Addr]string{a: "eu-west-1a", b: "eu-west-1b", c: "eu-west-1c"}}
+	got := Senders(obs, "eu-west-1b")
+	if !got.Known || !slices.Equal(got.Addrs, []netip.Addr{b}) || !slices.Equal(got.Maybe, []netip.Addr{a, c}) {
+		t.Errorf("zone b, cross-zone off: %+v; want b needed, a and c maybe", got)
+	}
+	for _, zone := range []string{"", "eu-west-1d"} {
+		if got := Senders(obs, zone); !slices.Equal(got.Addrs, obs.Senders) || got.Maybe != nil {
+			t.Errorf("zone %q: %+v; want every node needed", zone, got)
+		}
+	}
+	obs.CrossZoneOff = false
+	if got := Senders(obs, "eu-west-1b"); !slices.Equal(got.Addrs, obs.Senders) || got.Maybe != nil {
+		t.Errorf("cross-zone on: %+v; want every node needed", got)
 	}
 }
 

@@ -23,6 +23,7 @@
 // groups that name a fake load balancer); it keeps nothing on disk; and it
 // implements only the actions draingate and the lab need
 // (CreateTargetGroup, DescribeTargetGroups, DescribeTargetGroupAttributes,
+// DescribeLoadBalancerAttributes of a group's fake load balancer,
 // DescribeTargetHealth, RegisterTargets, DeregisterTargets). Any other action
 // answers InvalidAction.
 //

@@ -87,6 +87,9 @@ type Server struct {
 	// answer UnauthorizedOperation (DenyEC2).
 	nodes     map[string][]netip.Addr
 	ec2Denied bool
+	// crossZone is each NLB's load_balancing.cross_zone.enabled, by load
+	// balancer ARN (SetLoadBalancerCrossZone; absent: AWS's default, off).
+	crossZone map[string]bool
 
 	// clientTransports are the HTTP transports of the SDK clients Client
 	// handed out; Close closes their idle connections.
@@ -107,16 +110,17 @@ func New(cfg Config) *Server {
 		cfg.EventBuffer = 8192
 	}
 	s := &Server{
-		cfg:     cfg,
-		client:  cfg.HTTPClient,
-		done:    make(chan struct{}),
-		groups:  map[string]*targetGroup{},
-		byName:  map[string]string{},
-		nodes:   map[string][]netip.Addr{},
-		subs:    map[*subscriber]struct{}{},
-		latency: map[string]time.Duration{},
-		calls:   map[string]map[string]int{},
-		callers: map[string]map[string]int{},
+		cfg:       cfg,
+		client:    cfg.HTTPClient,
+		done:      make(chan struct{}),
+		groups:    map[string]*targetGroup{},
+		byName:    map[string]string{},
+		nodes:     map[string][]netip.Addr{},
+		crossZone: map[string]bool{},
+		subs:      map[*subscriber]struct{}{},
+		latency:   map[string]time.Duration{},
+		calls:     map[string]map[string]int{},
+		callers:   map[string]map[string]int{},
 	}
 	for a, d := range cfg.Latency {
 		s.SetLatency(a, d)
@@ -293,12 +297,13 @@ func (s *Server) SetThrottle(describe, registration, account BucketConfig) {
 type handler func(s *Server, f url.Values) (any, error)
 
 var handlers = map[string]handler{
-	"CreateTargetGroup":             (*Server).apiCreateTargetGroup,
-	"DescribeTargetGroups":          (*Server).apiDescribeTargetGroups,
-	"DescribeTargetGroupAttributes": (*Server).apiDescribeTargetGroupAttributes,
-	"DescribeTargetHealth":          (*Server).apiDescribeTargetHealth,
-	"RegisterTargets":               (*Server).apiRegisterTargets,
-	"DeregisterTargets":             (*Server).apiDeregisterTargets,
+	"CreateTargetGroup":              (*Server).apiCreateTargetGroup,
+	"DescribeTargetGroups":           (*Server).apiDescribeTargetGroups,
+	"DescribeTargetGroupAttributes":  (*Server).apiDescribeTargetGroupAttributes,
+	"DescribeLoadBalancerAttributes": (*Server).apiDescribeLoadBalancerAttributes,
+	"DescribeTargetHealth":           (*Server).apiDescribeTargetHealth,
+	"RegisterTargets":                (*Server).apiRegisterTargets,
+	"DeregisterTargets":              (*Server).apiDeregisterTargets,
 }
 
 // ServeHTTP answers one AWS Query request, ELBv2's or EC2's
@@ -740,9 +745,14 @@ func (s *Server) apiDescribeTargetGroupAttributes(f url.Values) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	crossZone := tg.spec.CrossZone
+	if crossZone == "" {
+		crossZone = "use_load_balancer_configuration"
+	}
 	attrs := []xmlAttribute{
 		{"deregistration_delay.timeout_seconds", strconv.Itoa(int(seconds(tg.spec.DeregistrationDelay)))},
 		{"stickiness.enabled", "false"},
+		{"load_balancing.cross_zone.enabled", crossZone},
 	}
 	if tg.spec.LoadBalancerType == Network {
 		attrs = append(attrs,
@@ -759,6 +769,39 @@ func (s *Server) apiDescribeTargetGroupAttributes(f url.Values) (any, error) {
 		)
 	}
 	return attributesResult{Attributes: memberList[xmlAttribute]{Items: attrs}}, nil
+}
+
+// apiDescribeLoadBalancerAttributes answers for the fake load balancer in
+// front of a target group: an NLB's cross-zone load balancing is off
+// unless SetLoadBalancerCrossZone turned it on; an ALB's is always on.
+func (s *Server) apiDescribeLoadBalancerAttributes(f url.Values) (any, error) {
+	lb, err := required(f, "LoadBalancerArn")
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, tg := range s.groups {
+		if tg.lbARN != lb {
+			continue
+		}
+		attrs := []xmlAttribute{{"deletion_protection.enabled", "false"}}
+		if tg.spec.LoadBalancerType == Network {
+			attrs = append(attrs, xmlAttribute{"load_balancing.cross_zone.enabled", strconv.FormatBool(s.crossZone[lb])})
+		} else {
+			attrs = append(attrs, xmlAttribute{"idle_timeout.timeout_seconds", "60"}, xmlAttribute{"load_balancing.cross_zone.enabled", "true"})
+		}
+		return attributesResult{Attributes: memberList[xmlAttribute]{Items: attrs}}, nil
+	}
+	return nil, errorf("LoadBalancerNotFound", "load balancer %q not found", lb)
+}
+
+// SetLoadBalancerCrossZone sets an NLB's load_balancing.cross_zone.enabled
+// (off by default, as in AWS).
+func (s *Server) SetLoadBalancerCrossZone(lbARN string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.crossZone[lbARN] = on
 }
 
 func (s *Server) apiDescribeTargetHealth(f url.Values) (any, error) {

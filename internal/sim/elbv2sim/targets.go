@@ -48,6 +48,9 @@ type TargetGroupSpec struct {
 	// false by default as in AWS for TCP ip targets; instance groups keep
 	// their clients' addresses always (AWS's default for them).
 	PreserveClientIP bool
+	// CrossZone is the group's load_balancing.cross_zone.enabled: "true",
+	// "false", or "" for AWS's default, "use_load_balancer_configuration".
+	CrossZone string
 
 	HealthCheckPath     string        // default "/"
 	HealthCheckInterval time.Duration // default 5s; any > 0 (AWS: 5–300 s)
