@@ -32,6 +32,7 @@ package route
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -185,6 +186,25 @@ type Endpoint struct {
 	// Zone is the endpoint's zone (its node's topology.kubernetes.io/zone,
 	// which the EndpointSlice controller copies); "" when not set.
 	Zone string
+}
+
+// AnnotatedTail is the tail a Service's annotation key sets (a Go
+// duration), else def. An annotation that is not a duration, or is
+// negative, takes def; the phrase why says where the tail came from, for
+// a route's detail (empty for the default).
+func AnnotatedTail(svc *corev1.Service, key string, def time.Duration) (d time.Duration, why string) {
+	if svc == nil {
+		return def, ""
+	}
+	v, ok := svc.Annotations[key]
+	if !ok {
+		return def, ""
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return def, fmt.Sprintf(" (the Service's %s %q is not a duration such as 30s: the default applies)", key, v)
+	}
+	return d, " (the Service's " + key + ")"
 }
 
 // Peer returns the first of sources that implements T (a small interface

@@ -515,15 +515,7 @@ func NodeOnly(o gate.Observation, svc *corev1.Service, tail, localTail time.Dura
 // LocalTailAnnotation, else def. An annotation that is not a duration
 // takes def, and the phrase why says so for the route's detail.
 func LocalTail(svc *corev1.Service, def time.Duration) (d time.Duration, why string) {
-	v, ok := svc.Annotations[LocalTailAnnotation]
-	if !ok {
-		return def, ""
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return def, fmt.Sprintf(" (the Service's %s %q is not a duration such as 30s: the default applies)", LocalTailAnnotation, v)
-	}
-	return d, " (the Service's " + LocalTailAnnotation + ")"
+	return route.AnnotatedTail(svc, LocalTailAnnotation, def)
 }
 
 // rank orders a pod's endpoints when several slices of one Service list

@@ -186,18 +186,7 @@ func Judge(e route.Endpoint, present bool, svc *corev1.Service, def time.Duratio
 // else def. An annotation that is not a duration takes def, and the phrase
 // why says so for the route's detail.
 func Tail(svc *corev1.Service, def time.Duration) (d time.Duration, why string) {
-	if svc == nil {
-		return def, ""
-	}
-	v, ok := svc.Annotations[TailAnnotation]
-	if !ok {
-		return def, ""
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return def, fmt.Sprintf(" (the Service's %s %q is not a duration such as 40s: the default applies)", TailAnnotation, v)
-	}
-	return d, " (the Service's " + TailAnnotation + ")"
+	return route.AnnotatedTail(svc, TailAnnotation, def)
 }
 
 // service reads the Service from the cache; nil when it is not there.

@@ -111,8 +111,7 @@ func (p *Proxy) serveFlow(w http.ResponseWriter, r *http.Request) {
 	}
 	t, pickedAt, ok := p.pick()
 	if !ok {
-		http.Error(w, "no target in rotation", http.StatusServiceUnavailable)
-		p.record(nil, time.Time{}, http.StatusServiceUnavailable, false)
+		p.noTarget(w)
 		return
 	}
 	f.target = t

@@ -206,8 +206,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	t, pickedAt, ok := p.pick()
 	if !ok {
-		http.Error(w, "no target in rotation", http.StatusServiceUnavailable)
-		p.record(nil, time.Time{}, http.StatusServiceUnavailable, false)
+		p.noTarget(w)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}
@@ -221,6 +220,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.record(&t, pickedAt, sw.final(), false)
 	}()
 	p.forward.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+// noTarget answers 503 for an empty rotation and counts it.
+func (p *Proxy) noTarget(w http.ResponseWriter) {
+	http.Error(w, "no target in rotation", http.StatusServiceUnavailable)
+	p.record(nil, time.Time{}, http.StatusServiceUnavailable, false)
 }
 
 func (p *Proxy) pick() (Target, time.Time, bool) {
