@@ -1,0 +1,181 @@
+// Package learn keeps what a cluster's drains taught about its load
+// balancers, for the gate to size waits by (issue: learned timings): per
+// load balancer, a bounded, decaying summary of durations (how long each of
+// its nodes kept sending after a route went out; how long after a pod's
+// deletion its routes went out), and a high quantile of them with its
+// uncertainty. A Summary is a plain value: the server keeps one per key
+// and persists it (Encode, Decode) so that a restart or another replica
+// starts from it.
+//
+// What a learned value may do is the gate's rule, not this package's: it
+// may lengthen a wait whenever it says a load balancer sends later than
+// its configured tail, and shorten one only when the user opted in and
+// the bound is sure (Upper's ok).
+package learn
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Bounds of a summary: the latest MaxSamples, none older than MaxAge. A
+// load balancer that changed (another configuration, a new version of
+// AWS's data plane) is forgotten within MaxAge, or sooner when busy.
+const (
+	MaxSamples = 512
+	MaxAge     = 7 * 24 * time.Hour
+)
+
+// Sample is one duration learnt at a time.
+type Sample struct {
+	At time.Time
+	D  time.Duration
+}
+
+// Summary is the samples of one key, oldest first. The zero value is
+// empty and usable.
+type Summary struct {
+	Samples []Sample
+}
+
+// Add records d, learnt at at, and drops what falls out of the bounds as
+// of at. Negative durations count as zero.
+func (s *Summary) Add(at time.Time, d time.Duration) {
+	i, _ := slices.BinarySearchFunc(s.Samples, at, func(x Sample, t time.Time) int { return x.At.Compare(t) })
+	s.Samples = slices.Insert(s.Samples, i, Sample{At: at, D: max(d, 0)})
+	s.Prune(at)
+}
+
+// Prune drops samples older than MaxAge at now, then the oldest beyond
+// MaxSamples.
+func (s *Summary) Prune(now time.Time) {
+	cut := 0
+	for cut < len(s.Samples) && now.Sub(s.Samples[cut].At) > MaxAge {
+		cut++
+	}
+	if over := len(s.Samples) - cut - MaxSamples; over > 0 {
+		cut += over
+	}
+	s.Samples = slices.Delete(s.Samples, 0, cut)
+}
+
+// Merge adds other's samples that s lacks (a sample is its time, to the
+// second as Encode keeps it, and its duration, to the millisecond): what
+// another replica learnt, or what was persisted.
+func (s *Summary) Merge(other Summary, now time.Time) {
+	type key struct{ at, ms int64 }
+	keyOf := func(x Sample) key { return key{x.At.Unix(), x.D.Milliseconds()} }
+	seen := map[key]bool{}
+	for _, x := range s.Samples {
+		seen[keyOf(x)] = true
+	}
+	for _, x := range other.Samples {
+		if k := keyOf(x); !seen[k] {
+			seen[k] = true
+			s.Samples = append(s.Samples, x)
+		}
+	}
+	slices.SortStableFunc(s.Samples, func(a, b Sample) int { return a.At.Compare(b.At) })
+	s.Prune(now)
+}
+
+// Max is the longest duration learnt, and whether there is any: a load
+// balancer seen sending that late may do so again, which may lengthen a
+// wait whatever the sample's size.
+func (s Summary) Max() (time.Duration, bool) {
+	if len(s.Samples) == 0 {
+		return 0, false
+	}
+	m := s.Samples[0].D
+	for _, x := range s.Samples[1:] {
+		m = max(m, x.D)
+	}
+	return m, true
+}
+
+// Upper is an upper confidence bound, at confidence 1 − alpha, of the
+// q-quantile of the durations, taking the samples for independent draws
+// of one distribution: the k-th smallest sample, k the least for which
+// the q-quantile lies at or below it with chance at least 1 − alpha
+// (P[Binomial(n, q) < k] ≥ 1 − alpha). ok is false when the samples are
+// too few for any (n below log(alpha)/log(q): 299 for the 0.99-quantile
+// at 95 %): then nothing sure can be said below the longest sample.
+func (s Summary) Upper(q, alpha float64) (d time.Duration, ok bool) {
+	n := len(s.Samples)
+	if n == 0 || q <= 0 || q >= 1 || alpha <= 0 || alpha >= 1 {
+		return 0, false
+	}
+	ds := make([]time.Duration, n)
+	for i, x := range s.Samples {
+		ds[i] = x.D
+	}
+	slices.Sort(ds)
+	// cdf accumulates P[Binomial(n, q) ≤ j] for j = 0, 1, ...
+	cdf := 0.0
+	for k := 1; k <= n; k++ {
+		cdf += binomPMF(n, k-1, q)
+		if cdf >= 1-alpha {
+			return ds[k-1], true
+		}
+	}
+	return 0, false
+}
+
+// binomPMF is P[Binomial(n, p) = k].
+func binomPMF(n, k int, p float64) float64 {
+	lg := func(x float64) float64 { v, _ := math.Lgamma(x); return v }
+	return math.Exp(lg(float64(n+1)) - lg(float64(k+1)) - lg(float64(n-k+1)) + float64(k)*math.Log(p) + float64(n-k)*math.Log1p(-p))
+}
+
+// Encode writes the summary compactly, for an annotation or a ConfigMap
+// key: per sample its time (Unix seconds) and duration (milliseconds), as
+// varints, base64 (RawURL). About 6 bytes a sample.
+func (s Summary) Encode() string {
+	b := make([]byte, 0, 1+8*len(s.Samples))
+	b = append(b, 1) // format version
+	var last int64
+	for _, x := range s.Samples {
+		t := x.At.Unix()
+		b = binary.AppendVarint(b, t-last)
+		b = binary.AppendUvarint(b, uint64(x.D.Milliseconds()))
+		last = t
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Decode reads what Encode wrote. An empty string is an empty summary.
+func Decode(v string) (Summary, error) {
+	if v == "" {
+		return Summary{}, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil {
+		return Summary{}, fmt.Errorf("learned summary: %w", err)
+	}
+	if len(b) == 0 || b[0] != 1 {
+		return Summary{}, errors.New("learned summary: unknown format (written by a newer draingate?)")
+	}
+	b = b[1:]
+	var s Summary
+	var last int64
+	for len(b) > 0 {
+		dt, n := binary.Varint(b)
+		if n <= 0 {
+			return Summary{}, errors.New("learned summary: truncated")
+		}
+		b = b[n:]
+		ms, n := binary.Uvarint(b)
+		if n <= 0 {
+			return Summary{}, errors.New("learned summary: truncated")
+		}
+		b = b[n:]
+		last += dt
+		s.Samples = append(s.Samples, Sample{At: time.Unix(last, 0), D: time.Duration(ms) * time.Millisecond})
+	}
+	return s, nil
+}
