@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,10 @@ type flow struct {
 	conn     net.Conn      // to the target; nil before the first request
 	br       *bufio.Reader // reads conn
 	watching chan error    // the idle watch's end: nil data, or why conn ended
+	// cut is set when the target ended the flow (its close, a broken
+	// connection): a request then fails, even if the client's connection
+	// was closed by the node in the meantime.
+	cut atomic.Bool
 }
 
 type flowKey struct{}
@@ -102,7 +107,9 @@ func (p *Proxy) serveFlow(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	if f.conn != nil {
 		// The idle watch ends with the response's first byte, or with the
-		// target's close: then the flow is over, and so is this request.
+		// target's close (then the flow is over, and so is this request),
+		// or at the response timeout, set before the request goes.
+		f.conn.SetReadDeadline(now.Add(p.cfg.ResponseTimeout))
 		if err := f.send(r); err != nil {
 			p.breakFlow(f, r, now, err)
 		}
@@ -200,13 +207,24 @@ func (p *Proxy) relay(f *flow, w http.ResponseWriter, r *http.Request, at time.T
 		return
 	}
 	f.watching = make(chan error, 1)
-	go func(br *bufio.Reader, client net.Conn, done chan<- error) {
-		_, err := br.Peek(1)
-		if err != nil && client != nil {
-			client.Close()
+	go f.watch(f.watching)
+}
+
+// watch waits on the idle flow's connection to its target until the
+// response to the next request starts (nil) or the connection ends. A
+// target that closed an idle flow closes the client's connection, as a
+// pass-through load balancer passes the target's FIN; while a request is in
+// flight the request's own path does it, counting the request as failed.
+func (f *flow) watch(done chan<- error) {
+	_, err := f.br.Peek(1)
+	if err != nil {
+		f.cut.Store(true)
+		if f.client != nil && f.mu.TryLock() {
+			f.client.Close()
+			f.mu.Unlock()
 		}
-		done <- err
-	}(f.br, f.client, f.watching)
+	}
+	done <- err
 }
 
 // splice hands the client's connection over to the target's once the target
@@ -217,13 +235,23 @@ func (p *Proxy) splice(f *flow, w http.ResponseWriter, r *http.Request, res *htt
 	if err != nil {
 		p.breakFlow(f, r, at, err)
 	}
-	p.record(&f.target, at, http.StatusSwitchingProtocols, false)
 	res.Body = nil
 	if err := res.Write(client); err != nil {
+		p.record(&f.target, at, 0, false)
 		client.Close()
 		f.conn.Close()
 		return
 	}
+	p.record(&f.target, at, http.StatusSwitchingProtocols, false)
+	// Proxy.Close ends a spliced flow too.
+	p.flowsMu.Lock()
+	p.spliced[client] = f
+	p.flowsMu.Unlock()
+	defer func() {
+		p.flowsMu.Lock()
+		delete(p.spliced, client)
+		p.flowsMu.Unlock()
+	}()
 	done := make(chan struct{}, 2)
 	go func() {
 		// Bytes the client sent past the upgrade wait in buf.
@@ -253,7 +281,7 @@ func (p *Proxy) breakFlow(f *flow, r *http.Request, at time.Time, err error) {
 		t = &f.target
 	}
 	code := 0
-	if r.Context().Err() != nil {
+	if r.Context().Err() != nil && !f.cut.Load() {
 		code = StatusClientClosed // the client left first: not the flow's failure
 	}
 	p.record(t, at, code, false)
@@ -276,4 +304,8 @@ func (p *Proxy) closeFlows() {
 		f.end()
 	}
 	clear(p.flows)
+	for c, f := range p.spliced {
+		c.Close()
+		f.end()
+	}
 }

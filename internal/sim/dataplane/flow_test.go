@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -255,5 +256,33 @@ func TestFlowSplicesAnUpgrade(t *testing.T) {
 	}
 	if st := p.Stats(); st.Total != 1 || st.ByStatus[http.StatusSwitchingProtocols] != 1 {
 		t.Errorf("stats %+v; want the upgrade counted once", st)
+	}
+}
+
+// A target that breaks a flow while a request is in flight on it fails
+// that request (status 0), never files it as the client's leaving (460).
+func TestFlowCutMidRequestFails(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			io.WriteString(w, "ok")
+			return
+		}
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			c.Close() // the app dies with the request in flight
+		}
+	}))
+	t.Cleanup(srv.Close)
+	p, addr := flowNode(t, Config{})
+	healthy(t, p, targetOf(t, srv.URL))
+	rc := dialFrom(t, "", addr)
+	rc.mustGet(t)
+	if got, err := rc.get(); err == nil {
+		t.Fatalf("the request the target broke got %q; want the flow cut", got)
+	}
+	st := p.Stats()
+	if st.Total != 2 || st.Failed != 1 || st.ByStatus[0] != 1 || st.ByStatus[StatusClientClosed] != 0 {
+		t.Errorf("stats %+v; want 2 requests, the second failed with status 0", st)
 	}
 }

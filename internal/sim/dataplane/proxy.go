@@ -102,6 +102,7 @@ type Proxy struct {
 
 	flowsMu sync.Mutex
 	flows   map[net.Conn]*flow // Flows mode: the client connections open
+	spliced map[net.Conn]*flow // Flows mode: the upgraded ones, hijacked
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -145,6 +146,7 @@ func New(cfg Config) *Proxy {
 		stats:   Stats{ByStatus: map[int]int64{}, ByTarget: map[Target]TargetStats{}},
 		picks:   map[Target][]time.Time{},
 		flows:   map[net.Conn]*flow{},
+		spliced: map[net.Conn]*flow{},
 	}
 	p.forward = &httputil.ReverseProxy{
 		Rewrite:      rewrite,
