@@ -179,6 +179,17 @@ type ServiceClaimer interface {
 	ClaimsService(ctx context.Context, namespace, name string) (bool, error)
 }
 
+// LeftLister is what the kind that follows EndpointSlices offers kinds
+// whose routes outlast a pod's endpoint (external): which Services the
+// pod's endpoint left, and when.
+type LeftLister interface {
+	// KeepLeft asks that what endpoints left be kept at least d.
+	KeepLeft(d time.Duration)
+	// LeftSince returns, by Service name, when the pod's endpoint left
+	// each Service of its namespace it left within what is kept.
+	LeftSince(pod *corev1.Pod) map[string]time.Time
+}
+
 // Endpoint is a pod's endpoint in one Service: the most "in" one where
 // several slices list the pod (dual stack).
 type Endpoint struct {

@@ -67,6 +67,7 @@ type nodeList struct {
 	// refused the read (said once in the log).
 	crossZone string
 	czDenied  bool
+	czRetry   time.Time // no read before: DeniedPause after a denial
 }
 
 // readSenders keeps the node lists of g's load balancers fresh: for a
@@ -101,18 +102,21 @@ func (p *Poller) readSenders(ctx context.Context, g *group, now time.Time) {
 
 // readClientIP says whether the NLB in front of g keeps its clients'
 // addresses (why is then not empty): from memory, or with one
-// DescribeTargetGroupAttributes call from the budget, again after a
-// backoff when it fails, or after DeniedPause when the permission is
-// denied (said once in the log). known is false until read.
+// DescribeTargetGroupAttributes call from the budget (again every
+// NodesRefresh, the attributes may change), again after a backoff when it
+// fails, or after DeniedPause when the permission is denied (said once in
+// the log). known is false until read, and once the last read is stale.
 func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why string, known bool) {
 	p.mu.Lock()
-	why, known = p.clientIP[g.arn]
+	cached, known := p.clientIP[g.arn]
+	at := p.clientIPAt[g.arn]
 	p.mu.Unlock()
-	if known {
-		return why, true
+	fresh := known && now.Sub(at) <= staleAfter*p.cfg.NodesRefresh
+	if known && now.Sub(at) < p.cfg.NodesRefresh {
+		return cached, true
 	}
 	if now.Before(g.attrRetry) || p.budget.takeLow(ctx) != nil {
-		return "", false
+		return cached, fresh
 	}
 	why, crossZone, err := p.describeClientIP(ctx, g.arn)
 	if ctx.Err() != nil {
@@ -125,6 +129,7 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 		delete(p.clientIPErr, g.arn)
 		p.clientIP[g.arn] = why
 		p.tgCrossZone[g.arn] = crossZone
+		p.clientIPAt[g.arn] = now
 	}
 	denied := err != nil && isDenied(err)
 	say := denied && !p.attrDeniedSaid
@@ -138,12 +143,13 @@ func (p *Poller) readClientIP(ctx context.Context, g *group, now time.Time) (why
 				"to let traffic evidence close routes behind an NLB early; without it they close at their tail or later",
 				"error", err, "asking_again_every", p.cfg.DeniedPause.String())
 		}
-		return "", false
+		return cached, fresh
 	case err != nil:
 		g.attrFailures++
 		g.attrRetry = now.Add(p.backoff.Next(g.attrFailures))
-		return "", false
+		return cached, fresh
 	}
+	g.attrFailures = 0
 	g.signal()
 	return why, true
 }
@@ -196,11 +202,12 @@ func (p *Poller) readNodes(ctx context.Context, lb, vpc string, nlb bool) {
 		return
 	}
 	n.reading = true
+	askCrossZone := nlb && !now.Before(n.czRetry)
 	p.mu.Unlock()
 
 	addrs, zones, err := p.describeNodes(ctx, lb, vpc)
 	crossZone, czErr := "", error(nil)
-	if err == nil && nlb {
+	if err == nil && askCrossZone {
 		crossZone, czErr = p.describeCrossZone(ctx, lb)
 	}
 
@@ -210,7 +217,7 @@ func (p *Poller) readNodes(ctx context.Context, lb, vpc string, nlb bool) {
 	if ctx.Err() != nil {
 		return // the group's last waiter left: the list is as it was
 	}
-	if nlb && err == nil {
+	if askCrossZone && err == nil {
 		p.noteCrossZoneLocked(n, lb, crossZone, czErr)
 	}
 	done := time.Now()
@@ -359,7 +366,11 @@ func (p *Poller) noteCrossZoneLocked(n *nodeList, lb, crossZone string, err erro
 		return
 	}
 	n.crossZone = ""
-	if isDenied(err) && !n.czDenied {
+	if !isDenied(err) {
+		return
+	}
+	n.czRetry = time.Now().Add(p.cfg.DeniedPause)
+	if !n.czDenied {
 		n.czDenied = true
 		p.cfg.Log.Warn("the server's role may not call elasticloadbalancing:DescribeLoadBalancerAttributes: add it to the server's role "+
 			"to let traffic evidence close routes early behind an NLB whose cross-zone load balancing is off; without it every zone's node must be seen",
@@ -467,7 +478,9 @@ func (p *Poller) nodesLocked(arn string, now time.Time) (addrs []netip.Addr, zon
 	case !ok:
 		return nil, nil, unknown + "the target group's load balancer is not read yet", nil
 	case info.lbType == TypeNetwork:
-		if why, ok := p.clientIP[arn]; ok && why != "" {
+		if why, ok := p.clientIP[arn]; ok && now.Sub(p.clientIPAt[arn]) > staleAfter*p.cfg.NodesRefresh {
+			return nil, nil, fmt.Sprintf("the NLB's target group attributes are stale, read %s ago", now.Sub(p.clientIPAt[arn]).Round(time.Second)), p.clientIPErr[arn]
+		} else if ok && why != "" {
 			return nil, nil, why, nil
 		} else if !ok {
 			if err := p.clientIPErr[arn]; err != nil {

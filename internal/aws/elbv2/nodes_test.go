@@ -425,3 +425,19 @@ func TestSenderZonesAndCrossZone(t *testing.T) {
 		})
 	}
 }
+
+// A group's attributes (client IP preservation, cross-zone) may change:
+// they are read again every NodesRefresh, like the node list.
+func TestGroupAttributesReadAgain(t *testing.T) {
+	b := newNodesBench(t, elbv2sim.TargetGroupSpec{Name: "db", LoadBalancerType: elbv2sim.Network, TargetType: elbv2sim.TargetTypeIP, Port: 5432}, "10.0.1.5")
+	p := New(b.client, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: b.sim.EC2Client(), NodesRefresh: 50 * time.Millisecond})
+	defer p.Close()
+	w := p.Watch(b.arn)
+	defer w.Close()
+	waitFor(t, "three reads of the group's attributes", func() bool {
+		return b.sim.Calls()["DescribeTargetGroupAttributes"]["OK"] >= 3
+	})
+	if o, _ := w.Latest(); !o.SendersKnown {
+		t.Errorf("senders not known (%s) while the attributes are read again", o.SendersWhy)
+	}
+}

@@ -210,6 +210,10 @@ type Poller struct {
 	// load_balancing.cross_zone.enabled as read with clientIP ("true",
 	// "false", "use_load_balancer_configuration"; "" when absent).
 	tgCrossZone map[string]string
+	// clientIPAt is when each group's attributes were last read: they are
+	// read again every NodesRefresh, and count as unknown once older than
+	// staleAfter × NodesRefresh (either setting may change).
+	clientIPAt map[string]time.Time
 	// lbs are the load balancers' node lists, by load balancer ARN;
 	// deniedUntil is when a denied DescribeNetworkInterfaces may be asked
 	// again, deniedErr the denial (nil once a read succeeds), deniedSaid
@@ -248,6 +252,7 @@ func New(api API, cfg Config) *Poller {
 		clientIP:    map[string]string{},
 		clientIPErr: map[string]error{},
 		tgCrossZone: map[string]string{},
+		clientIPAt:  map[string]time.Time{},
 		lbs:         map[string]*nodeList{},
 	}
 }

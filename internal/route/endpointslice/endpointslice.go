@@ -90,13 +90,16 @@ type Source struct {
 	// Keyed by the endpoint's pod UID, or namespace/address without one.
 	mu   sync.Mutex
 	left map[string]map[string]time.Time
+	// keep is how long left entries are kept: the tail, or longer when
+	// another kind asked (KeepLeft).
+	keep time.Duration
 }
 
 // New returns a source whose routes take the given tail, and localTail
 // where a load balancer drains the pod's node (LocalTail); a negative one
 // counts as zero (the route closes as soon as it is out).
 func New(tail, localTail time.Duration) *Source {
-	return &Source{tail: max(tail, 0), localTail: max(localTail, 0), now: time.Now, left: map[string]map[string]time.Time{}}
+	return &Source{tail: max(tail, 0), localTail: max(localTail, 0), now: time.Now, left: map[string]map[string]time.Time{}, keep: max(tail, 0)}
 }
 
 // Kind implements route.Source.
@@ -248,7 +251,7 @@ func (s *Source) noteLeft(o, n any) {
 	}
 	for k, routes := range s.left {
 		for r, at := range routes {
-			if now.Sub(at) >= s.tail {
+			if now.Sub(at) >= s.keep {
 				delete(routes, r)
 			}
 		}
@@ -285,6 +288,36 @@ func (s *Source) leftRecently(pod *corev1.Pod) []string {
 		for r, at := range s.left[k] {
 			if now.Sub(at) < s.tail {
 				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// KeepLeft implements route.LeftLister: what endpoints left is kept at
+// least d.
+func (s *Source) KeepLeft(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keep = max(s.keep, d)
+}
+
+// LeftSince implements route.LeftLister: when the pod's endpoint left
+// each Service (by name) it left within what is kept.
+func (s *Source) LeftSince(pod *corev1.Pod) map[string]time.Time {
+	keys := []string{"uid:" + string(pod.UID)}
+	for _, ip := range route.IPs(pod) {
+		keys = append(keys, pod.Namespace+"/"+ip)
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, k := range keys {
+		for r, at := range s.left[k] {
+			_, svc, ok := strings.Cut(r, "/")
+			if ok && now.Sub(at) < s.keep && at.After(out[svc]) {
+				out[svc] = at
 			}
 		}
 	}

@@ -9,9 +9,10 @@
 // never shorten it: who sends cannot be listed.
 //
 // The kind is on by default only where no other kind claims Services (the
-// target-group kind off: --target-groups=false); --external-routes=true
-// turns it on beside target groups for the LoadBalancer Services no
-// TargetGroupBinding names.
+// target-group kind off: --target-groups=false, which the chart's
+// targetGroups=false sets; on GKE or Azure with the chart's defaults it is
+// off until then); --external-routes=true turns it on beside target groups
+// for the LoadBalancer Services no `ip` TargetGroupBinding names.
 package external
 
 import (
@@ -21,6 +22,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +49,10 @@ const DefaultTail = 40 * time.Second
 // duration).
 const TailAnnotation = "draingate.dev/external-tail"
 
+// leftMemory is the least time endpoints that left are remembered for the
+// kind: longer than any tail an annotation is likely to set.
+const leftMemory = 10 * time.Minute
+
 // covered is the tail the default max-wait is sized for (an ALB's 20 s):
 // a longer external tail asks admission for the rest (AdmissionWait).
 const covered = 20 * time.Second
@@ -67,13 +73,19 @@ type Source struct {
 	cache    cache.Cache
 	services route.ServiceLister
 	claimer  route.ServiceClaimer // nil: no kind claims Services
+	left     route.LeftLister     // nil: endpoints that left are not known
 	active   atomic.Bool
+
+	// tails is the tail each route (namespace/service) was last read
+	// with: a Service gone from the cache keeps its annotated tail.
+	mu    sync.Mutex
+	tails map[string]time.Duration
 }
 
 // New returns a source whose routes take tail (negative counts as zero);
 // forced keeps it on beside a kind that claims Services.
 func New(tail time.Duration, forced bool) *Source {
-	return &Source{tail: max(tail, 0), forced: forced}
+	return &Source{tail: max(tail, 0), forced: forced, tails: map[string]time.Duration{}}
 }
 
 // Kind implements route.Source.
@@ -94,6 +106,12 @@ func (s *Source) Start(_ context.Context, h route.Host) error {
 	s.cache, s.services = h.Cache, lister
 	if c, ok := route.Peer[route.ServiceClaimer](h.Sources); ok {
 		s.claimer = c
+	}
+	if l, ok := route.Peer[route.LeftLister](h.Sources); ok {
+		// A pod taken off a LoadBalancer Service (a blue/green switch) and
+		// deleted soon after is still that load balancer's for its tail.
+		s.left = l
+		l.KeepLeft(max(2*s.tail, leftMemory))
 	}
 	s.active.Store(s.forced || s.claimer == nil)
 	return nil
@@ -147,16 +165,46 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 				names[pod.Namespace+"/"+name] = true
 			}
 		}
+		if s.left != nil {
+			now := time.Now()
+			for name, at := range s.left.LeftSince(pod) {
+				svc := s.service(ctx, pod.Namespace, name)
+				if _, listed := eps[name]; listed || !Routed(svc, s.claimed(ctx, pod.Namespace, name)) {
+					continue
+				}
+				if tail := s.rememberTail(pod.Namespace+"/"+name, svc); now.Sub(at) < tail {
+					names[pod.Namespace+"/"+name] = true
+				}
+			}
+		}
 	}
 	out := make([]gate.Observation, 0, len(names))
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		_, svcName, _ := strings.Cut(name, "/")
 		e, present := eps[svcName]
-		o := Judge(e, present, s.service(ctx, pod.Namespace, svcName), s.tail)
+		svc := s.service(ctx, pod.Namespace, svcName)
+		o := Judge(e, present, svc, s.tail)
 		o.Name = name
+		if t := s.rememberTail(name, svc); t > o.Tail {
+			o.Tail, o.TailName = t, "external load balancer (the Service's "+TailAnnotation+" as last read)"
+		}
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// rememberTail is the route's tail: the Service's (svc), remembered, or,
+// with the Service gone from the cache, the one last read, never less than
+// the default.
+func (s *Source) rememberTail(name string, svc *corev1.Service) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if svc != nil {
+		t, _ := Tail(svc, s.tail)
+		s.tails[name] = t
+		return t
+	}
+	return max(s.tails[name], s.tail)
 }
 
 // Judge reads the pod's endpoint in the Service svc (nil when not in the

@@ -14,7 +14,7 @@ import (
 // Modes of --external-routes.
 const (
 	// ModeAuto has the kind on when no other kind claims Services (the
-	// target-group kind is off): on any cloud but AWS's target groups.
+	// target-group kind is off, --target-groups=false).
 	ModeAuto = "auto"
 	ModeOn   = "true"
 	ModeOff  = "false"

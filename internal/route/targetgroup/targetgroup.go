@@ -583,7 +583,8 @@ func Senders(obs elbv2.Observation, zone string) evidence.Senders {
 	}
 	var in, out []netip.Addr
 	for _, a := range obs.Senders {
-		if obs.SenderZones[a] == zone {
+		// A node whose zone is not known stays needed.
+		if z := obs.SenderZones[a]; z == zone || z == "" {
 			in = append(in, a)
 		} else {
 			out = append(out, a)
