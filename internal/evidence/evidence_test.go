@@ -170,7 +170,7 @@ func TestLooksCountedBounds(t *testing.T) {
 func TestQuietClosesBeforeTheTail(t *testing.T) {
 	const tail = 20 * time.Second
 	rng := rand.New(rand.NewPCG(1, 2))
-	outSince := t0.Add(5 * time.Second)
+	outSince := t0.Add(15 * time.Second) // a watch long enough for the span rule at the default ε
 	s := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(2*time.Second)))
 	at, a := closeTime(tgOut(tail, outSince), outSince, outSince.Add(tail), 100*time.Millisecond, 0, nil, s)
 	last := et.Last(s)
@@ -196,7 +196,7 @@ func TestSourcesFadeOneByOne(t *testing.T) {
 	for i, m := range et.Models {
 		t.Run(m.Name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
-			outSince := t0.Add(5 * time.Second)
+			outSince := t0.Add(15 * time.Second) // a watch long enough for the span rule at the default ε
 			from := t0.Add(-time.Minute)
 			ss := []et.Stream{
 				m.Sample(et.From(et.Regular(rng, "10.0.0.1", 7, 0.3, from, outSince.Add(1*time.Second)), t0), t0),
@@ -296,7 +296,7 @@ func TestBurstsKeepTheirPauses(t *testing.T) {
 // the route then closes at its tail's end.
 func TestUnknownArrivals(t *testing.T) {
 	const tail = 20 * time.Second
-	outSince := t0.Add(5 * time.Second)
+	outSince := t0.Add(15 * time.Second) // a watch long enough for the span rule at the default ε
 	until := outSince.Add(3 * tail)
 	t.Run("a steady stream past the tail", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(9, 10))
@@ -550,7 +550,7 @@ func current(s et.Stream) et.Stream {
 // route's; and a route that cannot list its senders never closes early.
 func TestKnownSenders(t *testing.T) {
 	const tail = 20 * time.Second
-	outSince := t0.Add(5 * time.Second)
+	outSince := t0.Add(15 * time.Second) // a watch long enough for the span rule at the default ε
 	rng := rand.New(rand.NewPCG(21, 22))
 	a := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
 	b := current(et.Regular(rng, "10.0.0.2", 7, 0.3, t0.Add(-time.Minute), outSince.Add(2*time.Second)))
@@ -602,7 +602,7 @@ func TestKnownSenders(t *testing.T) {
 
 // TestMaybeSenders: another zone's node, listed as one that may send
 // (cross-zone load balancing off), does not have to be seen for an early
-// close; if it does send, its arrivals are the route's traffic and hold it
+// close (at ε 1e-2, whose span rule a watch of seconds meets); if it does send, its arrivals are the route's traffic and hold it
 // while they come (fails if they were filed as not the load balancer's).
 func TestMaybeSenders(t *testing.T) {
 	const tail = 20 * time.Second
@@ -614,11 +614,11 @@ func TestMaybeSenders(t *testing.T) {
 	zoned := tgOut(tail, outSince)
 	zoned.Senders = evidence.Senders{Known: true, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Maybe: []netip.Addr{netip.MustParseAddr("10.0.1.1")}}
 
-	at, c := closeTime(zoned, outSince, until, 100*time.Millisecond, 0, nil, a)
+	at, c := closeTime(zoned, outSince, until, 100*time.Millisecond, 1e-2, nil, a)
 	if at.IsZero() || !at.Before(outSince.Add(tail)) || c.ClosedBy != api.ClosedByTraffic {
 		t.Errorf("the zone's node seen and quiet, the other zone's silent: closed at %v by %q (%s), want before the tail's end by traffic", at, c.ClosedBy, c.Detail)
 	}
-	at, c = closeTime(zoned, outSince, until, 100*time.Millisecond, 0, nil, a, other)
+	at, c = closeTime(zoned, outSince, until, 100*time.Millisecond, 1e-2, nil, a, other)
 	if at.IsZero() || at.Before(et.Last(other)) {
 		t.Errorf("the other zone's node sending past the tail: closed at %v, before its last arrival %v (%s); want held while it sends", at, et.Last(other), c.Detail)
 	}
@@ -827,5 +827,27 @@ func TestReadNewConnections(t *testing.T) {
 	a.CountConns, b.CountConns = false, false
 	if ev := evidence.Read(et.Summary(at, nil, a, b), at, nil, nil, 0); ev.Sources[0].Conns != nil || ev.Sources[1].Conns != nil {
 		t.Errorf("an older agent's summary read with new connections counted: %+v", ev.Sources)
+	}
+}
+
+// TestSpanGrowsAsEpsilonShrinks: the span rule asks a longer watch the
+// smaller ε is, since what it lets through (bursts chained for a while,
+// then a pause) does not get rarer with ε otherwise. A round robin
+// watched 7 s that stops closes its route early at ε 1e-2, not at the
+// default 1e-6; watched 17 s, it does at the default too.
+func TestSpanGrowsAsEpsilonShrinks(t *testing.T) {
+	const tail = 20 * time.Second
+	for _, c := range []struct {
+		watch time.Duration
+		eps   float64
+		early bool
+	}{{5 * time.Second, 1e-2, true}, {5 * time.Second, evidence.DefaultEpsilon, false}, {15 * time.Second, evidence.DefaultEpsilon, true}} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		outSince := t0.Add(c.watch)
+		s := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), outSince.Add(2*time.Second)))
+		at, a := closeTime(tgOut(tail, outSince), outSince, outSince.Add(tail), 100*time.Millisecond, c.eps, nil, s)
+		if early := !at.IsZero() && at.Before(outSince.Add(tail)); early != c.early {
+			t.Errorf("watched %s before the route went out, ε %g: closed early %v (%s); want %v", c.watch+2*time.Second, c.eps, early, a.Detail, c.early)
+		}
 	}
 }

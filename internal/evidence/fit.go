@@ -175,7 +175,7 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	// done ends the fit with the models' bound of n looks, once the
 	// source's shape allows it (see shape).
 	done := func(n float64) Fit {
-		checked, why := shape(a, k, m, d, n, perGap)
+		checked, why := shape(a, k, m, d, n, perGap, eps)
 		if why != "" {
 			f.Unfit = why
 			return f.done(a, (min(n, maxN)+1)*d)
