@@ -148,7 +148,13 @@ func (s Summary) Encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// Decode reads what Encode wrote. An empty string is an empty summary.
+// maxLearnt is the longest duration a decoded sample may hold: anything
+// longer is a corrupt value, not a load balancer.
+const maxLearnt = 24 * time.Hour
+
+// Decode reads what Encode wrote, checking it: samples in time order, none
+// longer than a day, at most MaxSamples (the latest kept). An empty string
+// is an empty summary.
 func Decode(v string) (Summary, error) {
 	if v == "" {
 		return Summary{}, nil
@@ -174,8 +180,14 @@ func Decode(v string) (Summary, error) {
 			return Summary{}, errors.New("learned summary: truncated")
 		}
 		b = b[n:]
+		if dt < 0 && len(s.Samples) > 0 || ms > uint64(maxLearnt.Milliseconds()) {
+			return Summary{}, errors.New("learned summary: corrupt (samples out of order or too long)")
+		}
 		last += dt
 		s.Samples = append(s.Samples, Sample{At: time.Unix(last, 0), D: time.Duration(ms) * time.Millisecond})
+	}
+	if over := len(s.Samples) - MaxSamples; over > 0 {
+		s.Samples = s.Samples[over:]
 	}
 	return s, nil
 }
