@@ -27,11 +27,17 @@ func tgOut(tail time.Duration) Observation {
 }
 
 // steady is a load balancer node's round robin to the pod (7/s) until stop,
-// as this agent, watching from t0, reports it: sampled every 100 ms, its
-// looks and gaps counted.
+// as this agent, watching from 20 s before t0 (long enough for the span
+// rule at the default ε), reports it: sampled every 100 ms, its looks and
+// gaps counted.
 func steady(rng *rand.Rand, stop time.Time) et.Stream {
+	return steadyFrom(rng, t0.Add(-20*time.Second), stop)
+}
+
+// steadyFrom is steady as an agent watching from watch reports it.
+func steadyFrom(rng *rand.Rand, watch, stop time.Time) et.Stream {
 	s := et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), stop)
-	return et.Models[len(et.Models)-1].Sample(et.From(s, t0), t0)
+	return et.Models[len(et.Models)-1].Sample(et.From(s, watch), watch)
 }
 
 // TestEvidenceNeverClosesARouteStillIn: a quiet pod whose owner still
@@ -87,12 +93,14 @@ func TestStaleEvidenceWaitsForTheAgent(t *testing.T) {
 // the long-poll: by it the route closes only at the tail's end. AskBy, an
 // evidence.Refresh after the evidence arrived, is the verdict's next change,
 // and the evidence the agent then brings (every source fitted and quiet)
-// closes the route long before the tail's end.
+// closes the route before the tail's end.
 func TestHeldEvidenceIsAskedAgain(t *testing.T) {
 	const tail = 20 * time.Second
 	rng := rand.New(rand.NewPCG(17, 18))
 	outSince := t0.Add(200 * time.Millisecond)
-	s := steady(rng, outSince.Add(6*time.Second))
+	// Watched from t0: at the first ask, a moment; at the last, long
+	// enough against its bound for the span rule at the default ε.
+	s := steadyFrom(rng, t0, outSince.Add(14*time.Second))
 	first := t0.Add(300 * time.Millisecond)
 	p := Pod{Name: "p", Terminating: true, Traffic: report(first, s)}
 	mem := Memory{TerminatingSince: t0, Routes: map[RouteKey]RouteMemory{{"targetgroup", "tg"}: {OutSince: outSince}}}
@@ -110,7 +118,7 @@ func TestHeldEvidenceIsAskedAgain(t *testing.T) {
 	if r := v.Routes[0]; v.Released || r.AskBy == nil || r.AskBy.After(first.Add(evidence.Refresh)) {
 		t.Errorf("at AskBy on the same evidence: released %v, ask by %v: %s", v.Released, r.AskBy, v.Message)
 	}
-	later := outSince.Add(10 * time.Second)
+	later := outSince.Add(17 * time.Second)
 	p.Traffic = report(later, s)
 	v, _ = Step(later, p, mem, []Observation{tgOut(tail)})
 	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic || v.Routes[0].AskBy != nil {

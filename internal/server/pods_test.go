@@ -360,16 +360,17 @@ func TestPodsEvidenceIsTheAsksOwn(t *testing.T) {
 		r.src.ports = []uint16{8080}
 		r.put("u1", true)
 		src := netip.MustParseAddr("10.0.0.1")
-		// What this agent reports of a steady 4/s, watched 10 s up to
-		// sinceLast ago: one arrival every 2 or 3 looks of 100 ms.
+		// What this agent reports of a steady 4/s, watched 20 s up to
+		// sinceLast ago (long enough for the span rule at the default ε):
+		// one arrival every 2 or 3 looks of 100 ms.
 		summary := func(sinceLast time.Duration) *api.Traffic {
-			st := api.SourceTraffic{Addr: src, Port: 8080, Arrivals: 41, First: 10*time.Second + sinceLast, MaxGap: 300 * time.Millisecond,
-				Looks: api.Looks{N: 100, Pauses: 40}, RecentLooks: api.Looks{N: 38, Pauses: 15}, Gaps: make([]api.GapBin, api.GapBins)}
-			st.Gaps[1] = api.GapBin{N: 40, Sum: 100}
+			st := api.SourceTraffic{Addr: src, Port: 8080, Arrivals: 81, First: 20*time.Second + sinceLast, MaxGap: 300 * time.Millisecond,
+				Looks: api.Looks{N: 200, Pauses: 80}, RecentLooks: api.Looks{N: 38, Pauses: 15}, Gaps: make([]api.GapBin, api.GapBins)}
+			st.Gaps[1] = api.GapBin{N: 80, Sum: 200}
 			for i := range 16 {
 				st.Last = append(st.Last, sinceLast+time.Duration(i)*250*time.Millisecond)
 			}
-			return &api.Traffic{Watched: 11*time.Second + sinceLast, Every: 100 * time.Millisecond, Sources: []api.SourceTraffic{st}}
+			return &api.Traffic{Watched: 21*time.Second + sinceLast, Every: 100 * time.Millisecond, Sources: []api.SourceTraffic{st}}
 		}
 		ask := func(tr *api.Traffic) api.Verdict {
 			t.Helper()
