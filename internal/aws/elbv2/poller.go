@@ -17,9 +17,10 @@ import (
 // API is the ELBv2 calls the poller makes, all from its one budget:
 // DescribeTargetHealth once per group per poll, DescribeTargetGroups once
 // per group for its load balancer's type, and, for a group behind an NLB
-// when Config.EC2 is set, DescribeTargetGroupAttributes once for whether
-// it keeps its clients' addresses. *elasticloadbalancingv2.Client
-// implements it.
+// when Config.EC2 is set, DescribeTargetGroupAttributes every
+// NodesRefresh for whether it keeps its clients' addresses and sends
+// across zones, and DescribeLoadBalancerAttributes per NLB with its node
+// list. *elasticloadbalancingv2.Client implements it.
 type API interface {
 	DescribeTargetHealth(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetHealthInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetHealthOutput, error)
 	DescribeTargetGroups(ctx context.Context, in *elasticloadbalancingv2.DescribeTargetGroupsInput, optFns ...func(*elasticloadbalancingv2.Options)) (*elasticloadbalancingv2.DescribeTargetGroupsOutput, error)
