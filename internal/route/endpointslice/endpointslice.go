@@ -274,12 +274,18 @@ func leftKeys(ns string, e discoveryv1.Endpoint) []string {
 	return out
 }
 
-// leftRecently is the routes the pod's endpoint left less than a tail ago.
-func (s *Source) leftRecently(pod *corev1.Pod) []string {
+// podLeftKeys are the keys (leftKeys) the pod's endpoints are remembered by.
+func podLeftKeys(pod *corev1.Pod) []string {
 	keys := []string{"uid:" + string(pod.UID)}
 	for _, ip := range route.IPs(pod) {
 		keys = append(keys, pod.Namespace+"/"+ip)
 	}
+	return keys
+}
+
+// leftRecently is the routes the pod's endpoint left less than a tail ago.
+func (s *Source) leftRecently(pod *corev1.Pod) []string {
+	keys := podLeftKeys(pod)
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -305,10 +311,7 @@ func (s *Source) KeepLeft(d time.Duration) {
 // LeftSince implements route.LeftLister: when the pod's endpoint left
 // each Service (by name) it left within what is kept.
 func (s *Source) LeftSince(pod *corev1.Pod) map[string]time.Time {
-	keys := []string{"uid:" + string(pod.UID)}
-	for _, ip := range route.IPs(pod) {
-		keys = append(keys, pod.Namespace+"/"+ip)
-	}
+	keys := podLeftKeys(pod)
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
