@@ -36,6 +36,7 @@ var waitFlags = []struct{ name, def, usage string }{
 	{"traffic-evidence", "true", "watch this pod's inbound TCP connections (its own sockets, every " + trafficInterval.String() +
 		") and send a summary with each ask, so the server can see whether routes still bring requests; false, or a kernel that refuses, sends none and the server relies on route tails alone"},
 	{"token-file", "", "a file holding a ServiceAccount token bound to this pod (audience draingate), read before every ask and sent as a bearer token; the injector sets it for hostNetwork pods, whose address (the node's) does not tell the server which pod asks"},
+	{"watch-socket", "", "the pod's traffic watcher's socket (the watch sidecar the injector adds): its history, from the pod's start, is sent instead of this hook's own watch while it answers"},
 	{"log", "", "also append the log lines to this file; /proc/1/fd/1 puts them in kubectl logs, since the kubelet drops a successful hook's output"},
 }
 
@@ -49,6 +50,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			return 0
 		},
 		"install": func(args []string) int { return installCommand(args, stdout, stderr) },
+		"watch":   func(args []string) int { return watchCommand(ctx, args, stdout, stderr) },
 	}, args, stdout, stderr)
 }
 
@@ -76,6 +78,9 @@ func usage() string {
 	w.WriteString(`usage:
   draingate-prestop install DIR
       copy this executable to DIR/draingate-prestop (an init container's job)
+  draingate-prestop watch --socket PATH [--history 4m]
+      watch the pod's inbound TCP traffic from its start and serve the
+      history to the wait command's --watch-socket (a native sidecar's job)
   draingate-prestop wait [flags] [-- ARGV...]
       wait until the gate server releases this pod (or max-wait passes, or
       the fallback when no gate server answers), then run the original
@@ -132,6 +137,9 @@ func waitCommand(ctx context.Context, args []string, getenv func(string) string,
 	if opts.traffic && cfg.MaxWait > 0 && cfg.Validate() == nil {
 		summary, stop := startTraffic(traffic.Read, trafficInterval, log)
 		defer stop()
+		if opts.watchSocket != "" {
+			summary = withHistory(askWatcher(opts.watchSocket), summary, traffic.Gateways(), log)
+		}
 		cfg.Traffic = summary
 	}
 	Run(ctx, cfg)
@@ -148,6 +156,8 @@ type waitOptions struct {
 	logPath string
 	// traffic is --traffic-evidence.
 	traffic bool
+	// watchSocket is --watch-socket: the pod's watcher, "" for none.
+	watchSocket string
 	// warnings are bad settings that cost nothing but themselves, logged
 	// without skipping the wait.
 	warnings []string
@@ -214,6 +224,7 @@ func parseWait(args []string, getenv func(string) string) (cfg Config, opts wait
 	cfg.PollWait = duration("poll-wait", true)
 	cfg.TokenFile, _ = value("token-file")
 	opts.logPath, _ = value("log")
+	opts.watchSocket, _ = value("watch-socket")
 	// A bad --traffic-evidence only turns the evidence off: without it the
 	// server relies on route tails alone, which is always safe, so it is
 	// no reason to skip the wait.
