@@ -389,6 +389,7 @@ func TestDefaultArgs(t *testing.T) {
 		"inject-fallback":        "30s",
 		"inject-shutdown-budget": "30s",
 		"inject-image-volume":    "false",
+		"inject-watcher":         "true",
 		"wait-api-sources":       "pod",
 		"profiling":              "false",
 		"namespace":              "$(DRAINGATE_NAMESPACE)",
@@ -423,7 +424,8 @@ func TestDefaultArgs(t *testing.T) {
 	// Every flag draingate serve defines is set by the chart, by default or
 	// by a value (TestArgsFollowValues covers the ones only given when set).
 	setBySomeValue := map[string]bool{"aws-region": true, "elbv2-endpoint": true, "ec2-endpoint": true, "kubeconfig": true,
-		"inject-installer-requests": true, "inject-installer-limits": true, "inject-pull-secrets": true}
+		"inject-installer-requests": true, "inject-installer-limits": true, "inject-pull-secrets": true,
+		"inject-watcher-requests": true, "inject-watcher-limits": true}
 	defined := serverFlags(t)
 	for _, f := range defined {
 		if _, ok := got[f]; !ok && !setBySomeValue[f] {
@@ -475,6 +477,9 @@ func TestArgsFollowValues(t *testing.T) {
 		{"agent: {imageVolume: true}", map[string]string{"inject-image-volume": "true", "inject-installer-requests": "-", "inject-pull-secrets": "-"}},
 		{"agent: {installer: {resources: {requests: {cpu: 50m, memory: 16Mi}, limits: {cpu: 100m, ephemeral-storage: 32Mi}}}}",
 			map[string]string{"inject-installer-requests": "cpu=50m,memory=16Mi", "inject-installer-limits": "cpu=100m,ephemeral-storage=32Mi"}},
+		{"agent: {watcher: {enabled: false}}", map[string]string{"inject-watcher": "false", "inject-watcher-requests": "-"}},
+		{"agent: {watcher: {resources: {requests: {cpu: 20m}, limits: {cpu: 200m, memory: 64Mi}}}}",
+			map[string]string{"inject-watcher-requests": "cpu=20m", "inject-watcher-limits": "cpu=200m,memory=64Mi", "inject-installer-requests": "-"}},
 		{"agent: {image: {pullSecrets: [agent-registry, other]}}", map[string]string{"inject-pull-secrets": "agent-registry,other"}},
 		{"fullnameOverride: gate", map[string]string{"webhook-config": "gate", "webhook-secret": "gate-webhook-tls", "webhook-service": "gate", "agent-server": "http://gate.draingate-system.svc:8080"}},
 		{"extraArgs: ['--kubeconfig=/etc/kube/config']", map[string]string{"kubeconfig": "/etc/kube/config"}},

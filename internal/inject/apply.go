@@ -4,7 +4,10 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/internal/prestop"
 )
 
 // The changes Mutate makes, once the plan is made: the agent's volume, its
@@ -40,6 +43,16 @@ func (p *plan) apply(pod *corev1.Pod, s Settings) {
 		// the copy (milliseconds) is done before anything else starts, and
 		// nothing the user's init containers do can keep it from running.
 		spec.InitContainers = append([]corev1.Container{installer(s)}, spec.InitContainers...)
+	}
+	if p.watch {
+		// Right after the installer (or first): it starts in
+		// milliseconds, and the sooner it watches the longer the history.
+		spec.Volumes = append(spec.Volumes, watchVolume())
+		at := 0
+		if !s.ImageVolume {
+			at = 1
+		}
+		spec.InitContainers = slices.Insert(spec.InitContainers, at, watcher(s))
 	}
 	for _, n := range s.PullSecrets {
 		if !slices.ContainsFunc(spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == n }) {
@@ -80,6 +93,10 @@ func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
 	}
 	if p.log {
 		cmd = append(cmd, "--log", agentLogPath)
+	}
+	if p.watch {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: WatchVolumeName, MountPath: WatchDir, ReadOnly: true})
+		cmd = append(cmd, "--watch-socket", WatchDir+"/"+prestop.WatchSocketName)
 	}
 	cmd = append(cmd, hook.then...)
 	if c.Lifecycle == nil {
@@ -128,6 +145,28 @@ func tokenVolume() corev1.Volume {
 			Audience: TokenAudience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: tokenFile,
 		}}},
 	}}}
+}
+
+// watchVolume holds the watcher's socket, nothing else.
+func watchVolume() corev1.Volume {
+	return corev1.Volume{Name: WatchVolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))},
+	}}
+}
+
+// watcher is the native sidecar that watches the pod's traffic from its
+// start (Settings.Watcher). It never exits on its own (a sidecar that
+// restarts makes the pod not ready meanwhile), has no probes (a sidecar
+// without one is ready once started), and like the installer passes Pod
+// Security "restricted" on its own.
+func watcher(s Settings) corev1.Container {
+	c := installer(s)
+	c.Name = WatcherName
+	c.Command = []string{agentInImage, "watch", "--socket", WatchDir + "/" + prestop.WatchSocketName}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: WatchVolumeName, MountPath: WatchDir}}
+	c.Resources = *s.WatcherResources.DeepCopy()
+	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	return c
 }
 
 // installer is the init container that copies the agent into the emptyDir.

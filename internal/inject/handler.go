@@ -297,17 +297,24 @@ func (h *Handler) sizeMaxWait(ctx context.Context, log *slog.Logger, pod *corev1
 // no installer with image volumes; a failed lookup only logs, and the
 // installer keeps its resources.
 func (h *Handler) fitInstaller(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) Settings {
-	if h.LimitRanges == nil || s.ImageVolume {
+	if h.LimitRanges == nil || s.ImageVolume && !s.Watcher {
 		return s
 	}
 	ranges, err := h.LimitRanges(ctx, pod.Namespace)
 	if err != nil {
-		log.Warn("reading the namespace's LimitRanges failed; the installer keeps its resources", "error", err)
+		log.Warn("reading the namespace's LimitRanges failed; the installer and watcher keep their resources", "error", err)
 	} else if len(ranges) > 0 {
-		var notes []string
+		var notes, wnotes []string
 		s.InstallerResources, notes = FitLimitRanges(installerResources(s.InstallerResources), ranges)
-		if len(notes) > 0 {
+		s.WatcherResources, wnotes = FitLimitRanges(watcherResources(s.WatcherResources), ranges)
+		if len(notes) > 0 && !s.ImageVolume {
 			log.Info("installer resources fitted to the namespace's LimitRanges", "changes", notes)
+		}
+		if len(wnotes) > 0 && s.Watcher {
+			for i, n := range wnotes {
+				wnotes[i] = "watcher" + strings.TrimPrefix(n, "installer")
+			}
+			log.Info("watcher resources fitted to the namespace's LimitRanges", "changes", wnotes)
 		}
 	}
 	return s

@@ -1176,12 +1176,21 @@ func TestAgentAcceptsCommands(t *testing.T) {
 		{with(preStop(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 0}})), "no original hook"},
 		{httpPod, fmt.Sprintf("running original hook: http-get http://127.0.0.1:%d/drain%%20now?x=1", port)},
 	}
-	for _, tc := range tests {
-		out, warnings, err := Mutate(tc.pod, testSettings())
+	watching := testSettings()
+	watching.Watcher = true // the hooks then name the watcher's socket
+	for i, tc := range tests {
+		s := testSettings()
+		if i%2 == 1 {
+			s = watching
+		}
+		out, warnings, err := Mutate(tc.pod, s)
 		if err != nil || out == tc.pod {
 			t.Fatalf("not injected: %v %q", err, warnings)
 		}
 		args := slices.Clone(preStopCmd(t, out, "web")[1:])
+		if s.Watcher && !slices.Contains(args, "--watch-socket") {
+			t.Errorf("hook %q without the watcher's socket", args)
+		}
 		for i := 0; i < len(args) && args[i] != "--"; i++ {
 			switch args[i] {
 			case "--max-wait", "--fallback", "--then-sleep":

@@ -115,7 +115,10 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 	problems = append(problems, ps...)
 	t.maxWait, t.fallback = first.maxWait, first.fallback
 	// The token volume is there when the first injection put it there.
-	p := &plan{t: t, log: first.log, token: slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolumeName })}
+	has := func(name string) bool {
+		return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+	}
+	p := &plan{t: t, log: first.log, token: has(TokenVolumeName), watch: has(WatchVolumeName) && first.watch}
 	more, notes := p.gateContainers(pod, fresh, s)
 	problems = append(problems, more...)
 	if len(problems) > 0 {
@@ -141,7 +144,7 @@ func (p *plan) gateContainers(pod *corev1.Pod, idx []int, s Settings) (problems,
 		if hook.warning != "" {
 			notes = append(notes, warnPrefix+hook.warning)
 		}
-		problems = append(problems, containerConflicts(c, s)...)
+		problems = append(problems, containerConflicts(c, s, p.watch)...)
 		p.gated = append(p.gated, gatedContainer{index: i, hook: hook})
 	}
 	return problems, notes
@@ -150,7 +153,7 @@ func (p *plan) gateContainers(pod *corev1.Pod, idx []int, s Settings) (problems,
 // agentArgs are the flags an injected agent hook waits with.
 type agentArgs struct {
 	maxWait, fallback time.Duration
-	log               bool
+	log, watch        bool
 }
 
 // agentCommand reads c's preStop hook when it runs the agent (as either
@@ -169,6 +172,8 @@ func agentCommand(c *corev1.Container) (agentArgs, bool) {
 		switch {
 		case cmd[i] == "--log":
 			a.log = true
+		case cmd[i] == "--watch-socket":
+			a.watch = true
 		case cmd[i] == "--max-wait" && i+1 < len(cmd):
 			d, err := time.ParseDuration(cmd[i+1])
 			a.maxWait, okWait = d, err == nil
@@ -191,6 +196,8 @@ type plan struct {
 	log bool
 	// token gives the agents the pod's projected token (hostNetwork pods).
 	token bool
+	// watch adds the watcher and points the agents at its socket.
+	watch bool
 }
 
 type gatedContainer struct {
@@ -208,7 +215,9 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 	// The agent's lines go to PID 1's stdout, the app's own, unless PID 1
 	// is not the app: a shared process namespace (the pause process) or
 	// the host's (its init).
-	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID, token: pod.Spec.HostNetwork}
+	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID, token: pod.Spec.HostNetwork,
+		watch: s.Watcher && !pod.Spec.HostNetwork}
+	problems = append(problems, p.watchConflicts(pod)...)
 	more, notes := p.gateContainers(pod, idx, s)
 	problems = append(problems, more...)
 	if len(problems) > 0 {
@@ -301,6 +310,22 @@ func podConflicts(pod *corev1.Pod, s Settings) []string {
 	return problems
 }
 
+// watchConflicts finds what in the pod would clash with the watcher.
+func (p *plan) watchConflicts(pod *corev1.Pod) []string {
+	if !p.watch {
+		return nil
+	}
+	var problems []string
+	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName }) {
+		problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", WatchVolumeName))
+	}
+	isWatcher := func(c corev1.Container) bool { return c.Name == WatcherName }
+	if slices.ContainsFunc(pod.Spec.InitContainers, isWatcher) || slices.ContainsFunc(pod.Spec.Containers, isWatcher) {
+		problems = append(problems, fmt.Sprintf("the pod already has a container named %s", WatcherName))
+	}
+	return problems
+}
+
 // identityEnv are the downward-API variables the agent needs, by name.
 // They must come from the pod itself: a hand-set value would make the agent
 // ask about another pod.
@@ -316,9 +341,12 @@ const serverEnv = "DRAINGATE_SERVER"
 
 // containerConflicts finds what in a gated container would clash with what
 // Mutate adds to it.
-func containerConflicts(c *corev1.Container, s Settings) []string {
+func containerConflicts(c *corev1.Container, s Settings, watch bool) []string {
 	var problems []string
 	dirs := []string{mountDir(s), TokenDir}
+	if watch {
+		dirs = append(dirs, WatchDir)
+	}
 	for _, m := range c.VolumeMounts {
 		if d := path.Clean(m.MountPath); slices.Contains(dirs, d) {
 			problems = append(problems, fmt.Sprintf("container %q already mounts something at %s", c.Name, d))

@@ -44,6 +44,12 @@ const (
 	// A hostNetwork pod's agent proves which pod it runs in with a
 	// ServiceAccount token the kubelet projects for the pod, with this
 	// audience, into TokenDir (its address is the node's, shared).
+	// The watcher (Settings.Watcher) is a native sidecar watching the
+	// pod's traffic from its start, serving it on a socket in its own
+	// emptyDir, which gated containers mount read-only at WatchDir.
+	WatcherName       = "draingate-agent-watch"
+	WatchVolumeName   = "draingate-watch"
+	WatchDir          = "/draingate-watch"
 	TokenVolumeName   = "draingate-token"
 	TokenDir          = "/var/run/secrets/draingate.dev"
 	TokenAudience     = "draingate"
@@ -62,6 +68,10 @@ const (
 	defaultVersion    = "unknown"
 	installerCPU      = "10m"
 	installerMemory   = "16Mi"
+	watcherCPU        = "10m"
+	watcherMemory     = "24Mi"
+	watcherCPULimit   = "50m"
+	watcherMemLimit   = "48Mi"
 	warnPrefix        = "draingate: "
 	notInjectedPrefix = warnPrefix + "not injected: "
 	notSizedPrefix    = warnPrefix + "max-wait not sized from the pod's routes: "
@@ -104,6 +114,19 @@ type Settings struct {
 	// LimitRange sets a higher minimum, add ephemeral-storage where a
 	// ResourceQuota requires it: the pod is refused after the webhook ran.
 	InstallerResources corev1.ResourceRequirements
+	// Watcher adds the watcher, a native sidecar (an init container with
+	// restartPolicy Always) running the agent image's "watch": it watches
+	// the pod's inbound traffic from the pod's start, and the preStop
+	// agent sends its history, minutes long, instead of the seconds since
+	// the hook began, which is what lets traffic evidence close a route
+	// before its tail (docs/evidence.md). Native sidecars need every
+	// kubelet at 1.29 or newer: the server turns this off below API server
+	// 1.32, whose oldest kubelets (three minor versions back) are 1.29.
+	// Not for hostNetwork pods, whose sockets are the node's.
+	Watcher bool
+	// WatcherResources are the watcher's (default: requests of 10m CPU
+	// and 24Mi memory, limits of 50m and 48Mi).
+	WatcherResources corev1.ResourceRequirements
 	// PullSecrets are Secret names added to every injected pod's
 	// imagePullSecrets (each must exist in the pod's namespace), for an
 	// agent image in a private registry the pods' own secrets do not open.
@@ -121,6 +144,18 @@ func installerResources(r corev1.ResourceRequirements) corev1.ResourceRequiremen
 		corev1.ResourceMemory: resource.MustParse(installerMemory),
 	}
 	return corev1.ResourceRequirements{Requests: small, Limits: small.DeepCopy()}
+}
+
+// watcherResources is r, or when r sets nothing the default (see
+// Settings.WatcherResources).
+func watcherResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	if len(r.Requests) > 0 || len(r.Limits) > 0 {
+		return r
+	}
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(watcherCPU), corev1.ResourceMemory: resource.MustParse(watcherMemory)},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(watcherCPULimit), corev1.ResourceMemory: resource.MustParse(watcherMemLimit)},
+	}
 }
 
 // Validate reports settings no pod could be injected with (see the
@@ -150,6 +185,7 @@ func (s Settings) withDefaults() (Settings, error) {
 		s.Version = defaultVersion
 	}
 	s.InstallerResources = installerResources(s.InstallerResources)
+	s.WatcherResources = watcherResources(s.WatcherResources)
 	var errs []error
 	if strings.TrimSpace(s.AgentImage) == "" {
 		errs = append(errs, errors.New("no agent image"))
@@ -165,6 +201,11 @@ func (s Settings) withDefaults() (Settings, error) {
 	for name, q := range s.InstallerResources.Requests {
 		if l, ok := s.InstallerResources.Limits[name]; ok && q.Cmp(l) > 0 {
 			errs = append(errs, fmt.Errorf("installer %s request %s is above its limit %s", name, q.String(), l.String()))
+		}
+	}
+	for name, q := range s.WatcherResources.Requests {
+		if l, ok := s.WatcherResources.Limits[name]; ok && q.Cmp(l) > 0 {
+			errs = append(errs, fmt.Errorf("watcher %s request %s is above its limit %s", name, q.String(), l.String()))
 		}
 	}
 	for _, n := range s.PullSecrets {
@@ -212,12 +253,25 @@ func podTimings(pod *corev1.Pod, s Settings) (timings, []string) {
 // reprint it.
 const maxQuoted = 64
 
+// NativeSidecarsEverywhere reports whether every kubelet an API server of
+// this version may have supports native sidecars (Kubernetes 1.32 and
+// newer: kubelets are at most three minor versions older, and sidecars are
+// on by default from 1.29). A kubelet without them would run the watcher
+// as an init container that never ends, and the pod would never start.
+func NativeSidecarsEverywhere(v *version.Info) bool {
+	return atLeast(v, 1, 32)
+}
+
+func atLeast(v *version.Info, wantMajor, wantMinor int) bool {
+	var major, minor int
+	fmt.Sscanf(v.Major, "%d", &major)
+	fmt.Sscanf(strings.TrimSuffix(v.Minor, "+"), "%d", &minor)
+	return major > wantMajor || major == wantMajor && minor >= wantMinor
+}
+
 // ImageVolumesOnByDefault reports whether an API server of this version
 // has image volumes on by default (Kubernetes 1.35 and newer). Settings
 // with ImageVolume on an older one fall back to the init container.
 func ImageVolumesOnByDefault(v *version.Info) bool {
-	var major, minor int
-	fmt.Sscanf(v.Major, "%d", &major)
-	fmt.Sscanf(strings.TrimSuffix(v.Minor, "+"), "%d", &minor)
-	return major > 1 || major == 1 && minor >= 35
+	return atLeast(v, 1, 35)
 }

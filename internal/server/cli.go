@@ -48,6 +48,8 @@ type serveFlags struct {
 	webhookListen, webhookConfig, webhookSecret         string
 	webhookService, webhookNamespace                    string
 	webhookCertManager, injectImageVolume               bool
+	injectWatcher                                       bool
+	injectWatcherRequests, injectWatcherLimits          string
 	agentImage, agentServer                             string
 	injectMaxWait, injectFallback, injectShutdownBudget time.Duration
 	injectInstallerRequests, injectInstallerLimits      string
@@ -92,6 +94,9 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.StringVar(&f.injectInstallerRequests, "inject-installer-requests", "", "the installer init container's requests, e.g. cpu=50m,memory=16Mi,ephemeral-storage=32Mi (a LimitRange minimum or a ResourceQuota refuses pods after the webhook); empty with --inject-installer-limits also empty: cpu=10m,memory=16Mi for both")
 	fs.StringVar(&f.injectInstallerLimits, "inject-installer-limits", "", "the installer init container's limits, same form as --inject-installer-requests")
 	fs.StringVar(&f.injectPullSecrets, "inject-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets, for an agent image in a private registry (each must exist in the pods' namespaces)")
+	fs.BoolVar(&f.injectWatcher, "inject-watcher", true, "add the watcher, a native sidecar watching each injected pod's traffic from its start, so that traffic evidence can close routes before their tails (docs/evidence.md); off by itself below Kubernetes 1.32 (kubelets without native sidecars)")
+	fs.StringVar(&f.injectWatcherRequests, "inject-watcher-requests", "", "the watcher's requests, same form as --inject-installer-requests; empty with --inject-watcher-limits also empty: cpu=10m,memory=24Mi")
+	fs.StringVar(&f.injectWatcherLimits, "inject-watcher-limits", "", "the watcher's limits, same form; empty with --inject-watcher-requests also empty: cpu=50m,memory=48Mi")
 	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
 	return fs
 }
@@ -133,6 +138,9 @@ func (f *serveFlags) validate() error {
 		errs = append(errs, err)
 	}
 	if _, _, err := f.installerSettings(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := f.watcherResources(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -387,8 +395,12 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 		AgentImage: f.agentImage, Server: server,
 		MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
 		ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
+		Watcher: f.injectWatcher,
 	}
 	if settings.InstallerResources, settings.PullSecrets, err = f.installerSettings(); err == nil {
+		settings.WatcherResources, err = f.watcherResources()
+	}
+	if err == nil {
 		err = settings.Validate()
 	}
 	if err != nil {
@@ -405,13 +417,31 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 // installerSettings reads the installer's resources and the pull secrets
 // from the flags.
 func (f *serveFlags) installerSettings() (corev1.ResourceRequirements, []string, error) {
+	r, err := resourceFlags("installer", f.injectInstallerRequests, f.injectInstallerLimits)
+	errs := []error{err}
+	var secrets []string
+	for _, n := range strings.Split(f.injectPullSecrets, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			secrets = append(secrets, n)
+		}
+	}
+	return r, secrets, errors.Join(errs...)
+}
+
+// watcherResources reads the watcher's resources from the flags.
+func (f *serveFlags) watcherResources() (corev1.ResourceRequirements, error) {
+	return resourceFlags("watcher", f.injectWatcherRequests, f.injectWatcherLimits)
+}
+
+// resourceFlags reads --inject-<who>-requests and -limits.
+func resourceFlags(who, requests, limits string) (corev1.ResourceRequirements, error) {
 	var r corev1.ResourceRequirements
 	var errs []error
+	reqFlag, limFlag := "--inject-"+who+"-requests", "--inject-"+who+"-limits"
 	for _, x := range []struct {
 		flag, v string
 		dst     *corev1.ResourceList
-	}{{"--inject-installer-requests", f.injectInstallerRequests, &r.Requests},
-		{"--inject-installer-limits", f.injectInstallerLimits, &r.Limits}} {
+	}{{reqFlag, requests, &r.Requests}, {limFlag, limits, &r.Limits}} {
 		l, err := parseResources(x.v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", x.flag, err))
@@ -420,16 +450,10 @@ func (f *serveFlags) installerSettings() (corev1.ResourceRequirements, []string,
 	}
 	for name, q := range r.Requests {
 		if l, ok := r.Limits[name]; ok && q.Cmp(l) > 0 {
-			errs = append(errs, fmt.Errorf("--inject-installer-requests %s=%s is above --inject-installer-limits %s=%s", name, q.String(), name, l.String()))
+			errs = append(errs, fmt.Errorf("%s %s=%s is above %s %s=%s", reqFlag, name, q.String(), limFlag, name, l.String()))
 		}
 	}
-	var secrets []string
-	for _, n := range strings.Split(f.injectPullSecrets, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			secrets = append(secrets, n)
-		}
-	}
-	return r, secrets, errors.Join(errs...)
+	return r, errors.Join(errs...)
 }
 
 // parseResources reads "cpu=50m,memory=16Mi" (empty: none).

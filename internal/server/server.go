@@ -185,6 +185,9 @@ func New(o Options) (*Server, error) {
 		if w.Settings.ImageVolume {
 			w.Settings.ImageVolume = s.imageVolumes(cs)
 		}
+		if w.Settings.Watcher {
+			w.Settings.Watcher = s.nativeSidecars(cs)
+		}
 	}
 	return s, nil
 }

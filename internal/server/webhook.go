@@ -37,6 +37,23 @@ func (s *Server) imageVolumes(cs kubernetes.Interface) bool {
 	return true
 }
 
+// nativeSidecars reports whether every kubelet of this cluster runs native
+// sidecars (inject.NativeSidecarsEverywhere); otherwise the injector adds
+// no watcher, and the log says why: the agents then watch from their hooks
+// on, and traffic evidence rarely closes a route before its tail.
+func (s *Server) nativeSidecars(cs kubernetes.Interface) bool {
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		s.log.Warn("cannot read the API server's version: injecting no watcher (its native sidecar needs every kubelet at 1.29+)", "err", err)
+		return false
+	}
+	if !inject.NativeSidecarsEverywhere(v) {
+		s.log.Warn("the watcher is a native sidecar, which kubelets older than 1.29 run as an init container that never ends; below API server 1.32 such kubelets may be in the cluster: injecting no watcher", "version", v.GitVersion)
+		return false
+	}
+	return true
+}
+
 // namespaceObject is the metadata-only Namespace the webhook caches: it
 // needs their labels (draingate.dev/inject) and nothing else.
 func namespaceObject() *metav1.PartialObjectMetadata {

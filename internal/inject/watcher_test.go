@@ -1,0 +1,130 @@
+package inject
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/utils/ptr"
+)
+
+// With Settings.Watcher the pod gets the watcher, a native sidecar serving
+// its socket from its own volume, and each gated container's agent is
+// pointed at it through a read-only mount; the installer still runs first.
+func TestMutateAddsTheWatcher(t *testing.T) {
+	s := testSettings()
+	s.Watcher = true
+	sidecar := corev1.ContainerRestartPolicyAlways
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		imageVol  bool
+		wantInits []string
+	}{
+		{"emptyDir", webPod(), false, []string{InstallerName, WatcherName}},
+		{"image volume", webPod(), true, []string{WatcherName}},
+		{"with the pod's own init containers and sidecars", with(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m"}, {Name: "envoy", Image: "e", RestartPolicy: &sidecar}}
+		}), false, []string{InstallerName, WatcherName, "migrate", "envoy"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := s
+			s.ImageVolume = tc.imageVol
+			out, warnings, err := Mutate(tc.pod, s)
+			if err != nil || out == tc.pod {
+				t.Fatalf("not injected: %v %q", err, warnings)
+			}
+			if got := containerNames(out.Spec.InitContainers); got != containerNames(namesOnly(tc.wantInits)) {
+				t.Fatalf("init containers %s, want %v", got, tc.wantInits)
+			}
+			w := out.Spec.InitContainers[slices.Index(tc.wantInits, WatcherName)]
+			if ptr.Deref(w.RestartPolicy, "") != corev1.ContainerRestartPolicyAlways || w.Image != testImage ||
+				!slices.Equal(w.Command, []string{agentInImage, "watch", "--socket", WatchDir + "/watch.sock"}) ||
+				w.StartupProbe != nil || w.ReadinessProbe != nil || w.LivenessProbe != nil {
+				t.Errorf("watcher %+v: want a native sidecar running the agent image's watch, no probes", w)
+			}
+			if len(w.VolumeMounts) != 1 || w.VolumeMounts[0].Name != WatchVolumeName || w.VolumeMounts[0].ReadOnly {
+				t.Errorf("watcher mounts %+v, want its own volume, writable", w.VolumeMounts)
+			}
+			if w.SecurityContext == nil || !ptr.Deref(w.SecurityContext.RunAsNonRoot, false) || ptr.Deref(w.SecurityContext.AllowPrivilegeEscalation, true) {
+				t.Errorf("watcher security context %+v, want Pod Security restricted", w.SecurityContext)
+			}
+			if r := w.Resources; r.Requests.Memory().String() != watcherMemory || r.Limits.Memory().String() != watcherMemLimit {
+				t.Errorf("watcher resources %+v, want the defaults", r)
+			}
+			if !slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName && v.EmptyDir != nil }) {
+				t.Errorf("no %s emptyDir in %+v", WatchVolumeName, out.Spec.Volumes)
+			}
+			app := container(out, "web")
+			if !slices.ContainsFunc(app.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == WatchVolumeName && m.MountPath == WatchDir && m.ReadOnly
+			}) {
+				t.Errorf("app mounts %+v, want the watch volume read-only at %s", app.VolumeMounts, WatchDir)
+			}
+			cmd := preStopCmd(t, out, "web")
+			if i := slices.Index(cmd, "--watch-socket"); i < 0 || cmd[i+1] != WatchDir+"/watch.sock" {
+				t.Errorf("hook %q does not name the watcher's socket", cmd)
+			}
+		})
+	}
+}
+
+func namesOnly(names []string) []corev1.Container {
+	cs := make([]corev1.Container, len(names))
+	for i, n := range names {
+		cs[i].Name = n
+	}
+	return cs
+}
+
+// No watcher where it cannot watch the pod's own traffic (hostNetwork: the
+// node's sockets) or when off; a pod with its names already is refused.
+func TestMutateWatcherWhereNot(t *testing.T) {
+	s := testSettings()
+	s.Watcher = true
+	out, _, err := Mutate(with(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), s)
+	if err != nil || slices.ContainsFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == WatcherName }) ||
+		slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
+		t.Errorf("hostNetwork pod: %v, init containers %s, hook %q; want no watcher", err, containerNames(out.Spec.InitContainers), preStopCmd(t, out, "web"))
+	}
+	out, _, _ = Mutate(webPod(), testSettings())
+	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName }) ||
+		slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
+		t.Errorf("watcher off: %+v", out.Spec)
+	}
+	clash := with(func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: WatcherName, Image: "x"}) })
+	if got, w, _ := Mutate(clash, s); got != clash || len(w) == 0 {
+		t.Errorf("pod with a container named %s: changed %t, warnings %q; want refused", WatcherName, got != clash, w)
+	}
+}
+
+// A container added to a pod injected with the watcher is pointed at it too.
+func TestMutateAddedContainerGetsTheWatcher(t *testing.T) {
+	s := testSettings()
+	s.Watcher = true
+	first, _, err := Mutate(webPod(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := first.DeepCopy()
+	again.Spec.Containers = append(again.Spec.Containers, corev1.Container{Name: "proxy", Image: "p", Ports: []corev1.ContainerPort{{ContainerPort: 15001}}})
+	out, _, err := Mutate(again, s)
+	if err != nil || out == again {
+		t.Fatalf("not mutated: %v", err)
+	}
+	if cmd := preStopCmd(t, out, "proxy"); !slices.Contains(cmd, "--watch-socket") || len(out.Spec.InitContainers) != len(first.Spec.InitContainers) {
+		t.Errorf("added container's hook %q, init containers %s", cmd, containerNames(out.Spec.InitContainers))
+	}
+}
+
+func TestNativeSidecarsEverywhere(t *testing.T) {
+	for _, c := range []struct {
+		major, minor string
+		want         bool
+	}{{"1", "29", false}, {"1", "31", false}, {"1", "32", true}, {"1", "33+", true}, {"2", "0", true}, {"", "", false}} {
+		if got := NativeSidecarsEverywhere(&version.Info{Major: c.major, Minor: c.minor}); got != c.want {
+			t.Errorf("%s.%s: %v, want %v", c.major, c.minor, got, c.want)
+		}
+	}
+}
