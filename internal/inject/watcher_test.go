@@ -93,7 +93,9 @@ func TestMutateWatcherWhereNot(t *testing.T) {
 		slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
 		t.Errorf("watcher off: %+v", out.Spec)
 	}
-	clash := with(func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: WatcherName, Image: "x"}) })
+	clash := with(func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: WatcherName, Image: "x"})
+	})
 	if got, w, _ := Mutate(clash, s); got != clash || len(w) == 0 {
 		t.Errorf("pod with a container named %s: changed %t, warnings %q; want refused", WatcherName, got != clash, w)
 	}
