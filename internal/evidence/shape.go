@@ -216,7 +216,7 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 	if why != "" {
 		return 0, why
 	}
-	n = min(recentBound(a, k/m, max(n, g, fallFactor*longest)), maxN)
+	n = min(recentBound(a, k/m, max(n, g, fallFactor*recentLongest(a, d, longest))), maxN)
 	// A source seen for a moment (one burst) has not shown how long it
 	// pauses: its silence must be short against how long it was watched.
 	if span := a.Last[0].Sub(a.First).Seconds(); span < spanFor(eps)*(n+1)*d {
@@ -227,6 +227,23 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 		return 0, fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span, pause.Round(100*time.Millisecond))
 	}
 	return n, ""
+}
+
+// recentLongest is the longest gap, in looks, among the source's latest
+// arrivals (Last): the source's current shape, which a sudden fall of its
+// rate multiplies. The whole watch's longest gap (longest) stands in when
+// Last holds too few to tell. Over a watch of minutes the longest gap is a
+// rare stall, whose kind gapBound weighs on its own; a floor of
+// fallFactor times it would grow with the watch.
+func recentLongest(a Arrivals, d, longest float64) float64 {
+	if len(a.Last) < 3 {
+		return longest
+	}
+	g := 0.0
+	for i := 1; i < len(a.Last); i++ {
+		g = max(g, math.Round(a.Last[i-1].Sub(a.Last[i]).Seconds()/d))
+	}
+	return min(g, longest)
 }
 
 // spanFor is the span rule's factor at ε: spanFactor, and more below
