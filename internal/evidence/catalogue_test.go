@@ -21,6 +21,7 @@ var (
 	catalogueOnly      = flag.String("catalogue.only", "", "run only the shapes whose name contains this")
 	catalogueDrains    = flag.Int("catalogue.drains", 0, "drains per shape and ε instead of the default (400, or 5,000 with -catalogue)")
 	catalogueEpsilon   = flag.Float64("catalogue.epsilon", 0, "one ε instead of the default ones")
+	catalogueHistory   = flag.Duration("catalogue.history", 0, "the agent's watch begins this long before the hook (the watcher's history, at least half its 4m window: 2m) instead of at the hook")
 )
 
 // catalogueTail is the route's tail in the catalogue: an ALB's.
@@ -56,11 +57,19 @@ func knownNodes(n int) evidence.Senders {
 // that the agent finds it in its stride (mid-burst, mid-pause).
 const stride = 30 * time.Second
 
+// genFrom is when a shape's sources begin to send, for a hook at start:
+// stride before the watch begins.
+func genFrom(start time.Time) time.Time { return watchFrom(start).Add(-stride) }
+
+// watchFrom is when the agent's watch begins, for a hook at start: at it,
+// or with -catalogue.history that long before (the watcher's history).
+func watchFrom(start time.Time) time.Time { return start.Add(-*catalogueHistory) }
+
 // oneNode is a shape of one load balancer node sending until the tail's
 // end (the worst a node is meant to do: every close before it is false).
 func oneNode(name string, gen func(rng *rand.Rand, addr string, from, stop time.Time) et.Stream) drainShape {
 	return drainShape{name, "", func(rng *rand.Rand, start, _, end time.Time) ([]et.Stream, evidence.Senders) {
-		return []et.Stream{et.From(gen(rng, nodeAddr(0), start.Add(-stride), end), start)}, knownNodes(1)
+		return []et.Stream{et.From(gen(rng, nodeAddr(0), genFrom(start), end), watchFrom(start))}, knownNodes(1)
 	}}
 }
 
@@ -72,7 +81,7 @@ func threeNodes(name string, gen func(rng *rand.Rand, addr string, from, stop ti
 		var ss []et.Stream
 		for i := range 3 {
 			stop := out.Add(time.Duration(rng.Float64() * float64(end.Sub(out))))
-			ss = append(ss, et.From(gen(rng, nodeAddr(i), start.Add(-stride), stop), start))
+			ss = append(ss, et.From(gen(rng, nodeAddr(i), genFrom(start), stop), watchFrom(start)))
 		}
 		return ss, knownNodes(3)
 	}}
@@ -112,7 +121,7 @@ func busyThenGone(name string, third func(rng *rand.Rand, addr string, start, ou
 		var ss []et.Stream
 		for i := range 2 {
 			stop := out.Add(3*time.Second + time.Duration(rng.Float64()*float64(3*time.Second)))
-			ss = append(ss, et.From(et.Regular(rng, nodeAddr(i), 7, 0.3, start.Add(-stride), stop), start))
+			ss = append(ss, et.From(et.Regular(rng, nodeAddr(i), 7, 0.3, genFrom(start), stop), watchFrom(start)))
 		}
 		return append(ss, third(rng, nodeAddr(2), start, out)), knownNodes(3)
 	}}
@@ -130,7 +139,7 @@ func step(name string, gen func(rng *rand.Rand, rate func(time.Time) float64, fr
 			}
 			return 1.5
 		}
-		return []et.Stream{et.From(gen(rng, rate, start.Add(-stride), end), start)}, knownNodes(1)
+		return []et.Stream{et.From(gen(rng, rate, genFrom(start), end), watchFrom(start))}, knownNodes(1)
 	}}
 }
 
@@ -175,7 +184,7 @@ var catalogue = []drainShape{
 			x := min(max(t.Sub(from).Seconds()/5, 0), 1)
 			return 10 - 8.5*x
 		}
-		return []et.Stream{et.From(et.Varying(rng, nodeAddr(0), rate, 10, start.Add(-stride), end), start)}, knownNodes(1)
+		return []et.Stream{et.From(et.Varying(rng, nodeAddr(0), rate, 10, genFrom(start), end), watchFrom(start))}, knownNodes(1)
 	}},
 	step("rate steps 10/s to 1.5/s", func(rng *rand.Rand, rate func(time.Time) float64, from, stop time.Time) et.Stream {
 		return et.Varying(rng, nodeAddr(0), rate, 10, from, stop)
@@ -184,10 +193,10 @@ var catalogue = []drainShape{
 		return et.RegularVarying(rng, nodeAddr(0), rate, 0.3, from, stop)
 	}, 7),
 	busyThenGone("sparse late node (0.1/s, learns 15s late)", func(rng *rand.Rand, addr string, start, out time.Time) et.Stream {
-		return et.From(et.Poisson(rng, addr, 0.1, start.Add(-stride), out.Add(15*time.Second)), start)
+		return et.From(et.Poisson(rng, addr, 0.1, genFrom(start), out.Add(15*time.Second)), watchFrom(start))
 	}),
 	busyThenGone("sparse late node (0.3/s, learns 15s late)", func(rng *rand.Rand, addr string, start, out time.Time) et.Stream {
-		return et.From(et.Poisson(rng, addr, 0.3, start.Add(-stride), out.Add(15*time.Second)), start)
+		return et.From(et.Poisson(rng, addr, 0.3, genFrom(start), out.Add(15*time.Second)), watchFrom(start))
 	}),
 	busyThenGone("unseen node (sends from 8s after the route goes out)", func(rng *rand.Rand, addr string, start, out time.Time) et.Stream {
 		return et.Poisson(rng, addr, 2, out.Add(8*time.Second), out.Add(12*time.Second))
@@ -195,7 +204,7 @@ var catalogue = []drainShape{
 	{"50 thin clients (0.2/s each, addresses kept)", "", func(rng *rand.Rand, start, _, end time.Time) ([]et.Stream, evidence.Senders) {
 		var ss []et.Stream
 		for i := range 50 {
-			ss = append(ss, et.From(et.Poisson(rng, nodeAddr(i), 0.2, start.Add(-stride), end), start))
+			ss = append(ss, et.From(et.Poisson(rng, nodeAddr(i), 0.2, genFrom(start), end), watchFrom(start)))
 		}
 		return ss, evidence.Senders{}
 	}},
@@ -227,7 +236,7 @@ func runShape(sh drainShape, n int, eps float64, seed uint64) catalogueRow {
 		var ss []et.Stream
 		for _, s := range raw {
 			if len(s.Times) > 0 {
-				ss = append(ss, m.Sample(s, start))
+				ss = append(ss, m.Sample(s, watchFrom(start)))
 			}
 		}
 		r := tgOut(catalogueTail, out)

@@ -851,3 +851,37 @@ func TestSpanGrowsAsEpsilonShrinks(t *testing.T) {
 		}
 	}
 }
+
+// TestFallFloorFollowsTheLatestGaps: the sudden-fall floor is fallFactor
+// times the longest gap among the source's latest arrivals. A stall long
+// before (a watcher's minutes hold some) does not raise it; a stall among
+// the latest arrivals does (or takes the early close away). Regular 7/s ±60 %
+// for a minute with one stall (150 ms without arrivals: a gap of 3-4 looks, as the lab's cluster
+// shows now and then).
+func TestFallFloorFollowsTheLatestGaps(t *testing.T) {
+	stop := t0.Add(time.Minute)
+	for _, stallAt := range []time.Duration{40 * time.Second, time.Second} {
+		rng := rand.New(rand.NewPCG(31, 32))
+		s := et.Regular(rng, "10.0.0.1", 7, 0.6, t0, stop)
+		at := stop.Add(-stallAt)
+		var times []time.Time
+		for _, x := range s.Times {
+			if x.Before(at) || !x.Before(at.Add(150*time.Millisecond)) {
+				times = append(times, x)
+			}
+		}
+		s.Times = times
+		s = current(s)
+		ev := et.At(stop, evidence.DefaultEpsilon, nil, s)
+		f := evidence.FitArrivals(ev.Sources[0].Arrivals, 20*time.Second, evidence.DefaultEpsilon)
+		recent := stallAt < 2*time.Second
+		switch {
+		case !f.OK:
+			t.Errorf("stall %s before the stop: not fitted", stallAt)
+		case !recent && (f.Unfit != "" || f.Quiet > 2*time.Second):
+			t.Errorf("stall %s before the stop: bound %s (%q), want about 8 x 2 looks: the stall is history", stallAt, f.Quiet, f.Unfit)
+		case recent && f.Unfit == "" && f.Quiet < 8*300*time.Millisecond:
+			t.Errorf("stall %s before the stop: bound %s, want at least 8 x the stall", stallAt, f.Quiet)
+		}
+	}
+}
