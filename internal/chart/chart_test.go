@@ -164,6 +164,21 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		t.Errorf("first init container %s with requests %v: want the installer fitted to the LimitRange's minimum", inst.Name, inst.Resources.Requests)
 	}
 
+	// The watcher, a native sidecar after the installer, fitted to the
+	// LimitRange too; the agent's lines below must show its history sent.
+	if len(victim.Spec.InitContainers) < 2 || victim.Spec.InitContainers[1].Name != inject.WatcherName ||
+		ptr.Deref(victim.Spec.InitContainers[1].RestartPolicy, "") != corev1.ContainerRestartPolicyAlways ||
+		victim.Spec.InitContainers[1].Resources.Requests.Cpu().Cmp(q("20m")) < 0 {
+		t.Errorf("init containers %+v: want the installer, then the watcher as a native sidecar fitted to the LimitRange", victim.Spec.InitContainers)
+	}
+	watcherUp := false
+	for _, st := range victim.Status.InitContainerStatuses {
+		watcherUp = watcherUp || st.Name == inject.WatcherName && st.State.Running != nil && st.Started != nil && *st.Started
+	}
+	if !watcherUp {
+		t.Errorf("watcher not running in the Ready pod: %+v", victim.Status.InitContainerStatuses)
+	}
+
 	flood := startFlood(t, ctx, c, app, victim)
 
 	logs, err := c.Client.CoreV1().Pods(app).GetLogs(victim.Name, &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
@@ -175,6 +190,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	var order []string
+	history := false
 	sc := bufio.NewScanner(logs)
 	for sc.Scan() {
 		line := sc.Text()
@@ -187,11 +203,15 @@ func TestChartInstallsAndInjects(t *testing.T) {
 			}
 		case strings.HasPrefix(line, "draingate-prestop: "):
 			t.Log(line)
+			history = history || strings.Contains(line, "the pod's watcher has watched for")
 		case strings.HasPrefix(line, "hook-start "):
 			order = append(order, "original-hook")
 		case strings.HasPrefix(line, "sigterm "):
 			order = append(order, "sigterm")
 		}
+	}
+	if !history {
+		t.Error("the agent never said it sent the watcher's history")
 	}
 	if strings.Join(order, ",") != "released,original-hook,sigterm" {
 		t.Errorf("container log order %q: want the gate's release, then the original hook, then SIGTERM", order)
