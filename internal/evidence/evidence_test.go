@@ -907,3 +907,31 @@ func stall(at time.Time) func(et.Stream) et.Stream {
 		return s
 	}
 }
+
+// TestSilenceBeforeTheRouteWentOut: a source seen regular for a minute (a
+// watch from the pod's start) that went quiet 10 s before its route went
+// out paused while still routed; its silence then says nothing of the load
+// balancer, and the route closes at its tail, not at once. One that stopped
+// 0.5 s before it, within its bound, closes a bound after the route went
+// out, not a bound after its latest arrival.
+func TestSilenceBeforeTheRouteWentOut(t *testing.T) {
+	const tail = 20 * time.Second
+	outSince := t0.Add(time.Minute)
+	for _, c := range []struct {
+		before  time.Duration
+		atTail  bool
+		minWait time.Duration // after outSince
+	}{{10 * time.Second, true, tail}, {500 * time.Millisecond, false, time.Second}} {
+		rng := rand.New(rand.NewPCG(41, 42))
+		s := current(et.Regular(rng, "10.0.0.1", 7, 0.3, t0, outSince.Add(-c.before)))
+		r := tgOut(tail, outSince)
+		r.Senders = evidence.Senders{Known: true, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+		at, cl := closeTime(r, outSince, outSince.Add(tail), 100*time.Millisecond, evidence.DefaultEpsilon, nil, s)
+		if at.IsZero() || at.Sub(outSince) < c.minWait {
+			t.Errorf("quiet %s before the route went out: closed %s after it (%s), want at least %s", c.before, at.Sub(outSince), cl.Detail, c.minWait)
+		}
+		if c.atTail && !strings.Contains(cl.Detail, "before its route went out") {
+			t.Errorf("quiet %s before: detail %q does not say why", c.before, cl.Detail)
+		}
+	}
+}

@@ -290,6 +290,16 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 		last := a.latest()
 		j.lastArrival = later(j.lastArrival, last)
 		f := FitArrivals(a, tail, ev.Epsilon)
+		if f.OK && f.Unfit == "" && r.OutSince.Sub(last) > f.Quiet {
+			// Silent past its bound while the pod was still in the
+			// route: a pause the fit did not foresee (clients idle),
+			// not the load balancer leaving the pod, which it had not
+			// yet. With a watch from the pod's start such a source is
+			// seen, and quiet already when the route goes out; it may
+			// send again while the route still routes.
+			f.Unfit = fmt.Sprintf("silent for %s before its route went out, past its bound of %s: a pause while still routed",
+				r.OutSince.Sub(last).Round(100*time.Millisecond), f.Quiet.Round(100*time.Millisecond))
+		}
 		trusted := f.OK && f.Unfit == ""
 		if trusted {
 			j.fitted++
@@ -304,7 +314,9 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 		var se time.Time
 		switch {
 		case trusted:
-			se = last.Add(f.Quiet)
+			// Silence counts from the route going out: before it, the
+			// load balancer still routed to the pod.
+			se = later(last, r.OutSince).Add(f.Quiet)
 		case last.After(tailEnd):
 			// It proved the tail too short.
 			se = last.Add(tail)

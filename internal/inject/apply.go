@@ -2,6 +2,7 @@ package inject
 
 import (
 	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -95,8 +96,14 @@ func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
 		cmd = append(cmd, "--log", agentLogPath)
 	}
 	if p.watch {
+		// The socket goes by the environment, not the command line: an
+		// agent older than this server (an image pinned to an earlier
+		// release) ignores a variable it does not know, where a flag it
+		// does not know would cost the wait.
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: WatchVolumeName, MountPath: WatchDir, ReadOnly: true})
-		cmd = append(cmd, "--watch-socket", WatchDir+"/"+prestop.WatchSocketName)
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == watchSocketEnv }) {
+			c.Env = append(c.Env, corev1.EnvVar{Name: watchSocketEnv, Value: WatchDir + "/" + prestop.WatchSocketName})
+		}
 	}
 	cmd = append(cmd, hook.then...)
 	if c.Lifecycle == nil {
@@ -163,6 +170,11 @@ func watcher(s Settings) corev1.Container {
 	c := installer(s)
 	c.Name = WatcherName
 	c.Command = []string{agentInImage, "watch", "--socket", WatchDir + "/" + prestop.WatchSocketName}
+	if l, ok := s.WatcherResources.Limits[corev1.ResourceMemory]; ok && l.Value() > 0 {
+		// The Go runtime's soft limit, under the container's: it
+		// collects harder before the kernel kills it.
+		c.Command = append(c.Command, "--memory-limit", strconv.FormatInt(l.Value()/4*3, 10))
+	}
 	c.VolumeMounts = []corev1.VolumeMount{{Name: WatchVolumeName, MountPath: WatchDir}}
 	c.Resources = *s.WatcherResources.DeepCopy()
 	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)

@@ -1188,8 +1188,8 @@ func TestAgentAcceptsCommands(t *testing.T) {
 			t.Fatalf("not injected: %v %q", err, warnings)
 		}
 		args := slices.Clone(preStopCmd(t, out, "web")[1:])
-		if s.Watcher && !slices.Contains(args, "--watch-socket") {
-			t.Errorf("hook %q without the watcher's socket", args)
+		if s.Watcher != hasWatchEnv(container(out, "web")) {
+			t.Errorf("watcher %v, app env %+v", s.Watcher, container(out, "web").Env)
 		}
 		for i := 0; i < len(args) && args[i] != "--"; i++ {
 			switch args[i] {
@@ -1203,6 +1203,11 @@ func TestAgentAcceptsCommands(t *testing.T) {
 		env := map[string]string{
 			"DRAINGATE_SERVER": "http://127.0.0.1:1", "DRAINGATE_POD_NAME": "web-7d9c6b5f4-abcde",
 			"DRAINGATE_POD_NAMESPACE": testNS, "DRAINGATE_POD_UID": "4b1a5c9e-0000-4000-8000-000000000001",
+		}
+		for _, e := range container(out, "web").Env {
+			if e.Name == watchSocketEnv {
+				env[e.Name] = e.Value // the agent must accept it too
+			}
 		}
 		var stdout, stderr strings.Builder
 		prestop.Main(t.Context(), args, func(k string) string { return env[k] }, &stdout, &stderr)

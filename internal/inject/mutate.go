@@ -118,7 +118,7 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 	has := func(name string) bool {
 		return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
 	}
-	p := &plan{t: t, log: first.log, token: has(TokenVolumeName), watch: has(WatchVolumeName) && first.watch}
+	p := &plan{t: t, log: first.log, token: has(TokenVolumeName), watch: has(WatchVolumeName)}
 	more, notes := p.gateContainers(pod, fresh, s)
 	problems = append(problems, more...)
 	if len(problems) > 0 {
@@ -153,7 +153,7 @@ func (p *plan) gateContainers(pod *corev1.Pod, idx []int, s Settings) (problems,
 // agentArgs are the flags an injected agent hook waits with.
 type agentArgs struct {
 	maxWait, fallback time.Duration
-	log, watch        bool
+	log               bool
 }
 
 // agentCommand reads c's preStop hook when it runs the agent (as either
@@ -172,8 +172,6 @@ func agentCommand(c *corev1.Container) (agentArgs, bool) {
 		switch {
 		case cmd[i] == "--log":
 			a.log = true
-		case cmd[i] == "--watch-socket":
-			a.watch = true
 		case cmd[i] == "--max-wait" && i+1 < len(cmd):
 			d, err := time.ParseDuration(cmd[i+1])
 			a.maxWait, okWait = d, err == nil
@@ -217,8 +215,14 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 	// the host's (its init).
 	p := &plan{t: t, log: !ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID, token: pod.Spec.HostNetwork,
 		watch: s.Watcher && !pod.Spec.HostNetwork}
-	problems = append(problems, p.watchConflicts(pod)...)
+	// A clash costs the watcher, not the gate: without it the agents
+	// watch from their hooks on.
+	clash := p.watchConflicts(pod)
+	p.watch = p.watch && len(clash) == 0
 	more, notes := p.gateContainers(pod, idx, s)
+	for _, c := range clash {
+		notes = append(notes, warnPrefix+"no watcher (the agents watch from their hooks on): "+c)
+	}
 	problems = append(problems, more...)
 	if len(problems) > 0 {
 		for i, pr := range problems {
@@ -338,6 +342,10 @@ var identityEnv = []struct{ name, field string }{
 }
 
 const serverEnv = "DRAINGATE_SERVER"
+
+// watchSocketEnv points the agent at the watcher's socket (its
+// --watch-socket, by the environment).
+const watchSocketEnv = "DRAINGATE_WATCH_SOCKET"
 
 // containerConflicts finds what in a gated container would clash with what
 // Mutate adds to it.

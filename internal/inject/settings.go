@@ -68,10 +68,8 @@ const (
 	defaultVersion    = "unknown"
 	installerCPU      = "10m"
 	installerMemory   = "16Mi"
-	watcherCPU        = "10m"
-	watcherMemory     = "24Mi"
-	watcherCPULimit   = "50m"
-	watcherMemLimit   = "48Mi"
+	watcherCPU        = "20m"
+	watcherMemory     = "32Mi"
 	warnPrefix        = "draingate: "
 	notInjectedPrefix = warnPrefix + "not injected: "
 	notSizedPrefix    = warnPrefix + "max-wait not sized from the pod's routes: "
@@ -124,8 +122,9 @@ type Settings struct {
 	// 1.32, whose oldest kubelets (three minor versions back) are 1.29.
 	// Not for hostNetwork pods, whose sockets are the node's.
 	Watcher bool
-	// WatcherResources are the watcher's (default: requests of 10m CPU
-	// and 24Mi memory, limits of 50m and 48Mi).
+	// WatcherResources are the watcher's (default: requests and limits of
+	// 20m CPU and 32Mi memory; equal, so that a LimitRange's
+	// maxLimitRequestRatio never refuses the pod).
 	WatcherResources corev1.ResourceRequirements
 	// PullSecrets are Secret names added to every injected pod's
 	// imagePullSecrets (each must exist in the pod's namespace), for an
@@ -152,10 +151,8 @@ func watcherResources(r corev1.ResourceRequirements) corev1.ResourceRequirements
 	if len(r.Requests) > 0 || len(r.Limits) > 0 {
 		return r
 	}
-	return corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(watcherCPU), corev1.ResourceMemory: resource.MustParse(watcherMemory)},
-		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(watcherCPULimit), corev1.ResourceMemory: resource.MustParse(watcherMemLimit)},
-	}
+	l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(watcherCPU), corev1.ResourceMemory: resource.MustParse(watcherMemory)}
+	return corev1.ResourceRequirements{Requests: l, Limits: l.DeepCopy()}
 }
 
 // Validate reports settings no pod could be injected with (see the

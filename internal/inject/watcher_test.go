@@ -40,7 +40,7 @@ func TestMutateAddsTheWatcher(t *testing.T) {
 			}
 			w := out.Spec.InitContainers[slices.Index(tc.wantInits, WatcherName)]
 			if ptr.Deref(w.RestartPolicy, "") != corev1.ContainerRestartPolicyAlways || w.Image != testImage ||
-				!slices.Equal(w.Command, []string{agentInImage, "watch", "--socket", WatchDir + "/watch.sock"}) ||
+				!slices.Equal(w.Command, []string{agentInImage, "watch", "--socket", WatchDir + "/watch.sock", "--memory-limit", "25165824"}) ||
 				w.StartupProbe != nil || w.ReadinessProbe != nil || w.LivenessProbe != nil {
 				t.Errorf("watcher %+v: want a native sidecar running the agent image's watch, no probes", w)
 			}
@@ -50,8 +50,9 @@ func TestMutateAddsTheWatcher(t *testing.T) {
 			if w.SecurityContext == nil || !ptr.Deref(w.SecurityContext.RunAsNonRoot, false) || ptr.Deref(w.SecurityContext.AllowPrivilegeEscalation, true) {
 				t.Errorf("watcher security context %+v, want Pod Security restricted", w.SecurityContext)
 			}
-			if r := w.Resources; r.Requests.Memory().String() != watcherMemory || r.Limits.Memory().String() != watcherMemLimit {
-				t.Errorf("watcher resources %+v, want the defaults", r)
+			if r := w.Resources; r.Requests.Memory().String() != watcherMemory || r.Limits.Memory().String() != watcherMemory ||
+				r.Requests.Cpu().String() != watcherCPU || r.Limits.Cpu().String() != watcherCPU {
+				t.Errorf("watcher resources %+v, want the defaults, requests equal to limits", r)
 			}
 			if !slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName && v.EmptyDir != nil }) {
 				t.Errorf("no %s emptyDir in %+v", WatchVolumeName, out.Spec.Volumes)
@@ -62,12 +63,16 @@ func TestMutateAddsTheWatcher(t *testing.T) {
 			}) {
 				t.Errorf("app mounts %+v, want the watch volume read-only at %s", app.VolumeMounts, WatchDir)
 			}
-			cmd := preStopCmd(t, out, "web")
-			if i := slices.Index(cmd, "--watch-socket"); i < 0 || cmd[i+1] != WatchDir+"/watch.sock" {
-				t.Errorf("hook %q does not name the watcher's socket", cmd)
+			if !hasWatchEnv(app) || slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
+				t.Errorf("app env %+v, hook %q: want the watcher's socket in %s, not on the command line (an older agent would refuse the flag)",
+					app.Env, preStopCmd(t, out, "web"), watchSocketEnv)
 			}
 		})
 	}
+}
+
+func hasWatchEnv(c *corev1.Container) bool {
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == watchSocketEnv && e.Value == WatchDir+"/watch.sock" })
 }
 
 func namesOnly(names []string) []corev1.Container {
@@ -85,20 +90,23 @@ func TestMutateWatcherWhereNot(t *testing.T) {
 	s.Watcher = true
 	out, _, err := Mutate(with(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), s)
 	if err != nil || slices.ContainsFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == WatcherName }) ||
-		slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
-		t.Errorf("hostNetwork pod: %v, init containers %s, hook %q; want no watcher", err, containerNames(out.Spec.InitContainers), preStopCmd(t, out, "web"))
+		hasWatchEnv(container(out, "web")) {
+		t.Errorf("hostNetwork pod: %v, init containers %s; want no watcher", err, containerNames(out.Spec.InitContainers))
 	}
 	out, _, _ = Mutate(webPod(), testSettings())
-	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName }) ||
-		slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
+	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName }) || hasWatchEnv(container(out, "web")) {
 		t.Errorf("watcher off: %+v", out.Spec)
 	}
+	// A name of the watcher's already taken costs the watcher, not the gate.
 	clash := with(func(p *corev1.Pod) {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: WatcherName, Image: "x"})
 	})
-	if got, w, _ := Mutate(clash, s); got != clash || len(w) == 0 {
-		t.Errorf("pod with a container named %s: changed %t, warnings %q; want refused", WatcherName, got != clash, w)
+	got, w, _ := Mutate(clash, s)
+	if got == clash || got.Annotations[AnnotationInjected] == "" || hasWatchEnv(container(got, "web")) ||
+		slices.ContainsFunc(got.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == WatcherName }) {
+		t.Errorf("pod with a container named %s: want injected without the watcher; init containers %s", WatcherName, containerNames(got.Spec.InitContainers))
 	}
+	wantWarning(t, w, "no watcher", WatcherName)
 }
 
 // A container added to a pod injected with the watcher is pointed at it too.
@@ -115,8 +123,8 @@ func TestMutateAddedContainerGetsTheWatcher(t *testing.T) {
 	if err != nil || out == again {
 		t.Fatalf("not mutated: %v", err)
 	}
-	if cmd := preStopCmd(t, out, "proxy"); !slices.Contains(cmd, "--watch-socket") || len(out.Spec.InitContainers) != len(first.Spec.InitContainers) {
-		t.Errorf("added container's hook %q, init containers %s", cmd, containerNames(out.Spec.InitContainers))
+	if !hasWatchEnv(container(out, "proxy")) || len(out.Spec.InitContainers) != len(first.Spec.InitContainers) {
+		t.Errorf("added container's env %+v, init containers %s", container(out, "proxy").Env, containerNames(out.Spec.InitContainers))
 	}
 }
 

@@ -100,7 +100,7 @@ func TestStartTraffic(t *testing.T) {
 		sc.set(func(s *scripted) { s.snap.Conns = []traffic.Conn{conn}; s.snap.PassiveOpens = 8 })
 		time.Sleep(250 * time.Millisecond)
 		s := summary()
-		if s == nil || s.Watched != 250*time.Millisecond || len(s.Sources) != 1 || s.Sources[0].Arrivals != 1 || s.Sources[0].First != 150*time.Millisecond {
+		if s == nil || s.Watched != 250*time.Millisecond || len(s.Sources) != 1 || s.Sources[0].Arrivals != 1 || s.Sources[0].First != 100*time.Millisecond {
 			t.Errorf("evidence after a connection at +100ms: %+v", s)
 		}
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -39,8 +40,19 @@ const (
 	// an api.Traffic in JSON, and freezes it (see history.summary).
 	watchPath = "/v1/traffic"
 	// askWatcherTimeout bounds one ask of the watcher: it answers from
-	// memory, in microseconds, so a slow answer means it is gone.
-	askWatcherTimeout = 500 * time.Millisecond
+	// memory, in microseconds, so a slow answer means it is gone (and the
+	// ask's time comes out of the agent's deadline).
+	askWatcherTimeout = 200 * time.Millisecond
+	// thawAfter is how long a frozen history waits for another ask before
+	// it turns again: a drain's agent asks at least every poll-wait (20 s),
+	// and anything else that asked once (a hook run by a restart, not a
+	// drain; a person's curl) must not freeze it for the pod's life.
+	thawAfter = time.Minute
+	// maxWatchedSockets is the most sockets a look feeds the watches: past
+	// it the look counts as failed (the agents then watch on their own),
+	// so that the watcher's memory stays within its limit whatever the
+	// pod holds open.
+	maxWatchedSockets = 16384
 )
 
 // history is a watch from the pod's start kept to a window: two watchers
@@ -67,6 +79,7 @@ type history struct {
 	younger *traffic.Watcher // nil until half a window passed, and once frozen
 	turned  time.Time        // when the younger one started (the older one before that)
 	frozen  bool
+	asked   time.Time // the latest ask, while frozen
 }
 
 func newHistory(read func() (traffic.Snapshot, error), window time.Duration) *history {
@@ -86,6 +99,9 @@ func (h *history) watcher() *traffic.Watcher {
 // drain froze it (the drain's agent then watches on its own).
 func (h *history) sample(now time.Time) error {
 	h.snap, h.snapErr = h.read()
+	if h.snapErr == nil && len(h.snap.Conns) > maxWatchedSockets {
+		h.snap, h.snapErr = traffic.Snapshot{}, fmt.Errorf("the pod holds %d sockets, more than the watcher watches (%d)", len(h.snap.Conns), maxWatchedSockets)
+	}
 	h.mu.Lock()
 	older, younger := h.older, h.younger
 	h.mu.Unlock()
@@ -95,6 +111,10 @@ func (h *history) sample(now time.Time) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.frozen && now.Sub(h.asked) > thawAfter {
+		// Nobody asked for a while: not a drain, or a drain over.
+		h.frozen = false
+	}
 	if h.frozen {
 		return err
 	}
@@ -104,6 +124,10 @@ func (h *history) sample(now time.Time) error {
 	switch {
 	case h.older.Ended() != nil:
 		h.older, h.younger, h.turned = h.watcher(), nil, now
+	case h.younger != nil && h.younger.Ended() != nil:
+		// Its baseline read failed: start it again at once, so that
+		// the next turn does not hand on a watch that ended.
+		h.younger = h.watcher()
 	case now.Sub(h.turned) >= h.window/2:
 		if h.younger != nil {
 			h.older = h.younger
@@ -111,6 +135,23 @@ func (h *history) sample(now time.Time) error {
 		h.younger, h.turned = h.watcher(), now
 	}
 	return err
+}
+
+// safeSample is sample, with a panic (a bug, a kernel answer nobody
+// foresaw) turned into a failed look: a sidecar that exits makes the pod
+// not ready until it is restarted.
+func (h *history) safeSample(now time.Time) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("a look panicked: %v", r)
+			h.mu.Lock()
+			if !h.frozen {
+				h.older, h.younger, h.turned = h.watcher(), nil, now
+			}
+			h.mu.Unlock()
+		}
+	}()
+	return h.sample(now)
 }
 
 // summary is the older watcher's summary at now, and freezes the history:
@@ -121,6 +162,7 @@ func (h *history) summary(now time.Time) *api.Traffic {
 	if !h.frozen {
 		h.frozen, h.younger = true, nil
 	}
+	h.asked = now
 	w := h.older
 	h.mu.Unlock()
 	return w.Summary(now)
@@ -136,8 +178,12 @@ func watchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", "", "the unix socket to serve the history on (required; its directory must exist)")
 	window := fs.Duration("history", DefaultHistory, "the watch's window: a drain gets between half of it and all of it")
+	memLimit := fs.Int64("memory-limit", 0, "a soft limit on the watcher's memory, in bytes (the Go runtime's; the webhook sets three quarters of the container's limit); 0: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *memLimit > 0 {
+		debug.SetMemoryLimit(*memLimit)
 	}
 	switch {
 	case *socket == "" || fs.NArg() > 0:
@@ -179,7 +225,7 @@ func serveHistory(ctx context.Context, read func() (traffic.Snapshot, error), pa
 	h := newHistory(read, window)
 	failing := false
 	look := func(now time.Time) {
-		err := h.sample(now)
+		err := h.safeSample(now)
 		if err != nil && !failing {
 			log.printf("a look at the pod's sockets failed (%s); looking on", api.OneLine(err.Error()))
 		}

@@ -156,3 +156,37 @@ func TestAgentSendsTheWatchersHistory(t *testing.T) {
 		t.Errorf("summary with a watcher back: %+v, want the agent's own still", got)
 	}
 }
+
+// A frozen history nobody asks for a minute turns again (the ask was not a
+// drain's, or the drain is over), and a pod with more sockets than the
+// watcher watches is not watched.
+func TestHistoryThawsAndBoundsItsSockets(t *testing.T) {
+	const window, look = 20 * time.Second, 100 * time.Millisecond
+	b := &busy{}
+	h := newHistory(b.read, window)
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for d := time.Duration(0); d < 15*time.Second; d += look {
+		h.sample(at(d))
+	}
+	if s := h.summary(at(15 * time.Second)); s == nil {
+		t.Fatal("no history")
+	}
+	for d := 15 * time.Second; d < 15*time.Second+thawAfter+window; d += look {
+		h.sample(at(d))
+	}
+	if s := h.summary(at(15*time.Second + thawAfter + window)); s == nil || s.Watched > window {
+		t.Errorf("history a window after the freeze's last ask: %+v, want at most %s", s, window)
+	}
+
+	many := &scripted{snap: traffic.Snapshot{Listening: []uint16{8080}, Conns: make([]traffic.Conn, maxWatchedSockets+1)}}
+	h = newHistory(many.read, window)
+	for d := time.Duration(0); d < time.Second; d += look {
+		if err := h.sample(at(d)); err == nil {
+			t.Fatal("a look with more sockets than the watcher watches did not fail")
+		}
+	}
+	if s := h.summary(at(time.Second)); s != nil {
+		t.Errorf("history of a pod past the socket bound: %+v", s)
+	}
+}

@@ -95,8 +95,8 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.StringVar(&f.injectInstallerLimits, "inject-installer-limits", "", "the installer init container's limits, same form as --inject-installer-requests")
 	fs.StringVar(&f.injectPullSecrets, "inject-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets, for an agent image in a private registry (each must exist in the pods' namespaces)")
 	fs.BoolVar(&f.injectWatcher, "inject-watcher", true, "add the watcher, a native sidecar watching each injected pod's traffic from its start, so that traffic evidence can close routes before their tails (docs/evidence.md); off by itself below Kubernetes 1.32 (kubelets without native sidecars)")
-	fs.StringVar(&f.injectWatcherRequests, "inject-watcher-requests", "", "the watcher's requests, same form as --inject-installer-requests; empty with --inject-watcher-limits also empty: cpu=10m,memory=24Mi")
-	fs.StringVar(&f.injectWatcherLimits, "inject-watcher-limits", "", "the watcher's limits, same form; empty with --inject-watcher-requests also empty: cpu=50m,memory=48Mi")
+	fs.StringVar(&f.injectWatcherRequests, "inject-watcher-requests", "", "the watcher's requests, same form as --inject-installer-requests; empty with --inject-watcher-limits also empty: cpu=20m,memory=32Mi for both")
+	fs.StringVar(&f.injectWatcherLimits, "inject-watcher-limits", "", "the watcher's limits, same form; empty with --inject-watcher-requests also empty: as the requests")
 	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
 	return fs
 }

@@ -542,11 +542,14 @@ func (w *Watcher) Summary(now time.Time) *api.Traffic {
 	if !w.started || w.err != nil || now.Sub(w.last) > staleAfter {
 		return nil
 	}
-	age := func(t time.Time) time.Duration { return min(max(now.Sub(t), 0), maxAge) }
+	// Ages count from the latest look, not from now: the time since it
+	// was not watched, and must not pass for silence (a sampler late by
+	// up to staleAfter, a watcher throttled).
+	age := func(t time.Time) time.Duration { return min(max(w.last.Sub(t), 0), maxAge) }
 	// An ask may read its clock just before a sample takes the lock:
 	// the watch still covers that sample's look (else Every, from the
 	// looks, could exceed Watched, and the server refuse the summary).
-	t := &api.Traffic{Watched: max(age(w.start), min(w.last.Sub(w.start), maxAge))}
+	t := &api.Traffic{Watched: max(min(max(now.Sub(w.start), 0), maxAge), age(w.start))}
 	if w.looks > 1 {
 		t.Every = w.last.Sub(w.start) / time.Duration(w.looks-1)
 	}

@@ -182,17 +182,19 @@ func TestWatcherCountsArrivals(t *testing.T) {
 
 	// The new connections are also the looks that saw them (c's growth
 	// is not one); a's growth is an arrival only. All three are open.
+	// Ages count from the latest look (at(2)), not from the summary's
+	// time: what nobody watched is not silence.
 	check(t, w.Summary(at(3)), api.Traffic{
 		Watched: 300 * time.Millisecond,
 		Every:   tick,
 		Sources: []api.SourceTraffic{
-			withOpen(withGaps(withLooks(withGap(src("10.0.0.3", 9090, 2, 200*time.Millisecond, 200*time.Millisecond-time.Nanosecond, 200*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart), 1),
-			withOpen(src("10.0.0.1", 8080, 1, 110*time.Millisecond, 110*time.Millisecond), 1),
-			withOpen(src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond), 1),
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.3", 9090, 2, 100*time.Millisecond, 100*time.Millisecond-time.Nanosecond, 100*time.Millisecond), time.Nanosecond), api.Looks{N: 1}, api.Looks{N: 1}), oneLookApart), 1),
+			withOpen(src("10.0.0.1", 8080, 1, 10*time.Millisecond, 10*time.Millisecond), 1),
+			withOpen(src("10.0.0.2", 8080, 1, 130*time.Millisecond, 130*time.Millisecond), 1),
 		},
 		NewConns: []api.SourceTraffic{
-			src("10.0.0.3", 9090, 1, 200*time.Millisecond, 200*time.Millisecond),
-			src("10.0.0.2", 8080, 1, 230*time.Millisecond, 230*time.Millisecond),
+			src("10.0.0.3", 9090, 1, 100*time.Millisecond, 100*time.Millisecond),
+			src("10.0.0.2", 8080, 1, 130*time.Millisecond, 130*time.Millisecond),
 		},
 		ConnsCounted: true,
 	})
@@ -920,18 +922,18 @@ func TestWatcherCountsNewConnections(t *testing.T) {
 		Every:   tick,
 		Sources: []api.SourceTraffic{
 			// Looks 1 to 7, none new: no entry in NewConns.
-			withOpen(withGaps(withLooks(withGap(src("10.0.0.1", 8080, 7, 700*ms, 100*ms, 200*ms, 300*ms, 400*ms, 500*ms, 600*ms, 700*ms),
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.1", 8080, 7, 600*ms, 0, 100*ms, 200*ms, 300*ms, 400*ms, 500*ms, 600*ms),
 				100*ms), api.Looks{N: 6}, api.Looks{N: 6}), map[int]api.GapBin{0: {N: 6, Sum: 6}}), 1),
 			// Looks 1, 2, 3, 4, 6 and 7; n0 and n3 are open both
 			// ways (n1 is in CLOSE_WAIT, n2 in TIME_WAIT).
-			withOpen(withGaps(withLooks(withGap(src("10.0.0.2", 8080, 6, 700*ms, 120*ms, 200*ms, 400*ms, 500*ms, 600*ms, 700*ms),
+			withOpen(withGaps(withLooks(withGap(src("10.0.0.2", 8080, 6, 600*ms, 20*ms, 100*ms, 300*ms, 400*ms, 500*ms, 600*ms),
 				200*ms), api.Looks{N: 6, Pauses: 1}, api.Looks{N: 6, Pauses: 1}), map[int]api.GapBin{0: {N: 4, Sum: 4}, 1: {N: 1, Sum: 2}}), 2),
 		},
 		// Looks 1, 4 and 7 saw a new connection from the node, each at
 		// the look's arrival: the latest receipt of any of its
 		// connections.
 		NewConns: []api.SourceTraffic{
-			withGaps(withLooks(withGap(src("10.0.0.2", 8080, 3, 700*ms, 120*ms, 400*ms, 700*ms),
+			withGaps(withLooks(withGap(src("10.0.0.2", 8080, 3, 600*ms, 20*ms, 300*ms, 600*ms),
 				300*ms), api.Looks{N: 6, Pauses: 2}, api.Looks{N: 6, Pauses: 2}), map[int]api.GapBin{1: {N: 2, Sum: 6}}),
 		},
 		ConnsCounted: true,
