@@ -76,7 +76,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		"image":        map[string]any{"repository": serverImage, "tag": imageTag, "pullPolicy": "Never"},
 		"tails":        map[string]any{"endpointSlice": "1s"},
 		"agent": map[string]any{"image": map[string]any{"repository": agentImage, "tag": imageTag},
-			"maxWait": "60s", "fallback": "5s", "shutdownBudget": "10s"},
+			"maxWait": "60s", "fallback": "5s", "shutdownBudget": "10s", "watcher": map[string]any{"enabled": true}},
 	}, 3*time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ const (
 	defaultVersion    = "unknown"
 	installerCPU      = "10m"
 	installerMemory   = "16Mi"
-	watcherCPU        = "20m"
+	watcherCPU        = "50m"
 	watcherMemory     = "32Mi"
 	warnPrefix        = "draingate: "
 	notInjectedPrefix = warnPrefix + "not injected: "
@@ -123,8 +123,11 @@ type Settings struct {
 	// Not for hostNetwork pods, whose sockets are the node's.
 	Watcher bool
 	// WatcherResources are the watcher's (default: requests and limits of
-	// 20m CPU and 32Mi memory; equal, so that a LimitRange's
-	// maxLimitRequestRatio never refuses the pod).
+	// 50m CPU and 32Mi memory; equal, so that a LimitRange's
+	// maxLimitRequestRatio never refuses the pod). Its looks cost about
+	// 47m on a node whose TCP hash has 262,144 buckets: each netlink dump
+	// walks the whole hash, every namespace's, not the pod's sockets alone;
+	// at 20m it was throttled past its agent's ask timeout.
 	WatcherResources corev1.ResourceRequirements
 	// PullSecrets are Secret names added to every injected pod's
 	// imagePullSecrets (each must exist in the pod's namespace), for an
