@@ -192,6 +192,21 @@ var catalogue = []drainShape{
 	step("round robin steps 7/s to 1.5/s", func(rng *rand.Rand, rate func(time.Time) float64, from, stop time.Time) et.Stream {
 		return et.RegularVarying(rng, nodeAddr(0), rate, 0.3, from, stop)
 	}, 7),
+	{"round robin 7/s, 14/s for 3s, then 1.5/s", "", func(rng *rand.Rand, start, _, end time.Time) ([]et.Stream, evidence.Senders) {
+		// A burst of twice the pace just before a fall: the sudden-fall
+		// floor must not take the burst's pace for the source's.
+		drop := start.Add(time.Duration(rng.Float64() * float64(end.Sub(start))))
+		rate := func(t time.Time) float64 {
+			switch {
+			case t.Before(drop.Add(-3 * time.Second)):
+				return 7
+			case t.Before(drop):
+				return 14
+			}
+			return 1.5
+		}
+		return []et.Stream{et.From(et.RegularVarying(rng, nodeAddr(0), rate, 0.3, genFrom(start), end), watchFrom(start))}, knownNodes(1)
+	}},
 	busyThenGone("sparse late node (0.1/s, learns 15s late)", func(rng *rand.Rand, addr string, start, out time.Time) et.Stream {
 		return et.From(et.Poisson(rng, addr, 0.1, genFrom(start), out.Add(15*time.Second)), watchFrom(start))
 	}),
