@@ -1,6 +1,7 @@
 package prestop
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,9 +37,6 @@ const (
 	minHistory = 20 * time.Second
 	// WatchSocketName is the watcher's socket's file name in its volume.
 	WatchSocketName = "watch.sock"
-	// watchPath is the socket's one endpoint: GET returns the history as
-	// an api.Traffic in JSON, and freezes it (see history.summary).
-	watchPath = "/v1/traffic"
 	// askWatcherTimeout bounds one ask of the watcher: it answers from
 	// memory, in microseconds, so a slow answer means it is gone (and the
 	// ask's time comes out of the agent's deadline).
@@ -234,23 +232,37 @@ func serveHistory(ctx context.Context, read func() (traffic.Snapshot, error), pa
 	look(time.Now())
 
 	var frozenOnce sync.Once
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+watchPath, func(w http.ResponseWriter, r *http.Request) {
-		t := h.summary(time.Now())
-		frozenOnce.Do(func() {
-			log.printf("a drain began: its agent gets this watch's history from here on (%s of it)", watchedFor(t))
-		})
-		if t == nil {
-			http.Error(w, "no recent look at the pod's sockets", http.StatusServiceUnavailable)
-			return
+	answer := func(c net.Conn) {
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Second))
+		line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+		var reply watchReply
+		switch {
+		case err != nil || strings.TrimSpace(line) != watchAsk:
+			reply.Error = fmt.Sprintf("ask %q, not %q", strings.TrimSpace(line), watchAsk)
+		default:
+			t := h.summary(time.Now())
+			frozenOnce.Do(func() {
+				log.printf("a drain began: its agent gets this watch's history from here on (%s of it)", watchedFor(t))
+			})
+			if reply.Traffic = t; t == nil {
+				reply.Error = "no recent look at the pod's sockets"
+			}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(t)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
+		json.NewEncoder(c).Encode(reply)
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	defer srv.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				served <- err
+				return
+			}
+			go answer(c)
+		}
+	}()
+	defer l.Close()
 	log.printf("watching inbound TCP from the pod's start, sampling every %s, a window of %s, on %s", interval, window, path)
 
 	tick := time.NewTicker(interval)
@@ -274,31 +286,40 @@ func watchedFor(t *api.Traffic) string {
 	return t.Watched.Round(100 * time.Millisecond).String()
 }
 
+// watchAsk is the one line an agent writes to the watcher's socket; the
+// watcher answers one watchReply in JSON and closes. No HTTP: the agent
+// stays small (net/http would double it).
+const watchAsk = "traffic"
+
+type watchReply struct {
+	Traffic *api.Traffic `json:"traffic,omitempty"`
+	Error   string       `json:"error,omitempty"`
+}
+
 // askWatcher returns a function that asks the pod's watcher at the unix
-// socket path for its history.
+// socket path for its history, within askWatcherTimeout.
 func askWatcher(path string) func() (*api.Traffic, error) {
-	c := &http.Client{
-		Timeout: askWatcherTimeout,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}},
-	}
 	return func() (*api.Traffic, error) {
-		resp, err := c.Get("http://watcher" + watchPath)
+		c, err := net.DialTimeout("unix", path, askWatcherTimeout)
 		if err != nil {
 			return nil, err
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			return nil, fmt.Errorf("%s: %s", resp.Status, api.OneLine(string(b)))
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(askWatcherTimeout))
+		if _, err := io.WriteString(c, watchAsk+"\n"); err != nil {
+			return nil, err
 		}
-		var t api.Traffic
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&t); err != nil {
+		var r watchReply
+		if err := json.NewDecoder(io.LimitReader(c, 1<<20)).Decode(&r); err != nil {
 			return nil, fmt.Errorf("reading its answer: %w", err)
 		}
-		return &t, nil
+		switch {
+		case r.Error != "":
+			return nil, errors.New(api.OneLine(r.Error))
+		case r.Traffic == nil:
+			return nil, errors.New("an empty answer")
+		}
+		return r.Traffic, nil
 	}
 }
 
