@@ -852,62 +852,6 @@ func TestSpanGrowsAsEpsilonShrinks(t *testing.T) {
 	}
 }
 
-// TestFallFloorFollowsTheLatestPace: the sudden-fall floor is fallFactor
-// times the mean gap among the source's latest arrivals, its current pace.
-// A stall (150 ms without arrivals, a gap of 3-4 looks, as the lab's
-// cluster shows now and then) does not raise it, whether long before (a
-// watcher's minutes hold some) or among the latest arrivals; a slower
-// latest pace does. Regular 7/s ±60 % for a minute.
-func TestFallFloorFollowsTheLatestPace(t *testing.T) {
-	stop := t0.Add(time.Minute)
-	for _, c := range []struct {
-		name   string
-		change func(s et.Stream) et.Stream
-		min    time.Duration // the bound at least (or unfit)
-		max    time.Duration // the bound at most, fitted
-	}{
-		{"a stall 40 s before", stall(stop.Add(-40 * time.Second)), 0, 1500 * time.Millisecond},
-		{"a stall 1 s before", stall(stop.Add(-time.Second)), 0, 1500 * time.Millisecond},
-		{"half the pace for the last 3 s", func(s et.Stream) et.Stream {
-			var times []time.Time
-			for i, x := range s.Times {
-				if x.Before(stop.Add(-3*time.Second)) || i%2 == 0 {
-					times = append(times, x)
-				}
-			}
-			s.Times = times
-			return s
-		}, 8 * 250 * time.Millisecond, time.Hour},
-	} {
-		rng := rand.New(rand.NewPCG(31, 32))
-		s := current(c.change(et.Regular(rng, "10.0.0.1", 7, 0.6, t0, stop)))
-		ev := et.At(stop, evidence.DefaultEpsilon, nil, s)
-		f := evidence.FitArrivals(ev.Sources[0].Arrivals, 20*time.Second, evidence.DefaultEpsilon)
-		switch {
-		case !f.OK:
-			t.Errorf("%s: not fitted", c.name)
-		case f.Unfit == "" && (f.Quiet < c.min || f.Quiet > c.max):
-			t.Errorf("%s: bound %s, want %s to %s", c.name, f.Quiet, c.min, c.max)
-		case f.Unfit != "" && c.min == 0:
-			t.Errorf("%s: unfit (%s), want a bound", c.name, f.Unfit)
-		}
-	}
-}
-
-// stall drops a stream's arrivals for 150 ms from at.
-func stall(at time.Time) func(et.Stream) et.Stream {
-	return func(s et.Stream) et.Stream {
-		var times []time.Time
-		for _, x := range s.Times {
-			if x.Before(at) || !x.Before(at.Add(150*time.Millisecond)) {
-				times = append(times, x)
-			}
-		}
-		s.Times = times
-		return s
-	}
-}
-
 // TestSilenceBeforeTheRouteWentOut: a source seen regular for a minute (a
 // watch from the pod's start) that went quiet 10 s before its route went
 // out paused while still routed; its silence then says nothing of the load

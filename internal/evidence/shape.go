@@ -37,10 +37,14 @@ const (
 	// set against as many gaps of random arrivals at its rate, says it
 	// sends more regularly than random arrivals (see irregular).
 	regularAlpha = 0.1
-	// fallFactor is how many times its mean gap (paceGap) a
-	// silence must last before it says that a source shown regular
-	// stopped: a rate that falls at once by up to this much (on average;
-	// a source with jitter, somewhat less) is not taken for a stop.
+	// fallFactor is how many times its longest gap a silence must last
+	// before it says that a source shown regular stopped: a rate that
+	// falls at once by up to this much is not taken for a stop. The
+	// whole watch's longest gap, not a mean: a mean (of the latest
+	// arrivals or of the whole watch) let the catalogue's chained bursts
+	// close falsely 45 times in 5,000 drains at ε 1e-2, 9 at 1e-3, and the
+	// rate stepping from 10/s to 1.5/s 3 times at 1e-3: the longest gap
+	// is what holds a source that pauses between bursts.
 	fallFactor = 8
 	// longPause is where a bound's pause stops being a figure worth
 	// printing: the source is simply too bursty.
@@ -195,7 +199,7 @@ func rateFell(a Arrivals, p, d float64) string {
 // under. In order: the rate must not have fallen while watched (rateFell),
 // the gaps must be more regular than random arrivals' (irregular) and
 // bounded by their long ones (gapBound); the bound is then at least
-// fallFactor times the mean gap (a sudden fall of the rate, which no
+// fallFactor times the longest gap (a sudden fall of the rate, which no
 // earlier gap foretells, up to that factor) and a third of the span
 // watched (spanFactor: one burst seen is not a source's shape).
 func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
@@ -217,7 +221,7 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 	if why != "" {
 		return 0, why
 	}
-	n = min(recentBound(a, k/m, max(n, g, fallFactor*paceGap(a, d, longest))), maxN)
+	n = min(recentBound(a, k/m, max(n, g, fallFactor*longest)), maxN)
 	// A source seen for a moment (one burst) has not shown how long it
 	// pauses: its silence must be short against how long it was watched.
 	if span := a.Last[0].Sub(a.First).Seconds(); span < spanFor(eps)*(n+1)*d {
@@ -228,25 +232,6 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 		return 0, fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span, pause.Round(100*time.Millisecond))
 	}
 	return n, ""
-}
-
-// paceGap is the source's mean gap, in looks: the longer of its latest
-// arrivals' (Last, its current pace) and its whole watch's, the pace a
-// sudden fall of its rate divides. The whole watch's longest gap (longest)
-// stands in when Last holds too few to tell, and caps it. Means, not the
-// longest gap: over a watch of minutes the longest gap, of the whole watch
-// or of the latest arrivals, is now and then a stall (a hiccup of the
-// sender or of the node), whose kind gapBound weighs on its own, and
-// fallFactor times it grew with the watch. Both means: a source that sped
-// up lately and then falls is held to its usual pace, not its burst's.
-func paceGap(a Arrivals, d, longest float64) float64 {
-	n := len(a.Last)
-	if n < 3 || a.N < 2 {
-		return longest
-	}
-	recent := a.Last[0].Sub(a.Last[n-1]).Seconds() / d / float64(n-1)
-	whole := a.Last[0].Sub(a.First).Seconds() / d / float64(a.N-1)
-	return min(max(recent, whole), longest)
 }
 
 // spanFor is the span rule's factor at ε: spanFactor, and more below
