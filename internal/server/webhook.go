@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -25,16 +26,9 @@ import (
 // default; otherwise the injector copies the agent with an init container,
 // and the log says why.
 func (s *Server) imageVolumes(cs kubernetes.Interface) bool {
-	v, err := cs.Discovery().ServerVersion()
-	if err != nil {
-		s.log.Warn("cannot read the API server's version: injecting the agent with an init container, not an image volume", "err", err)
-		return false
-	}
-	if !inject.ImageVolumesOnByDefault(v) {
-		s.log.Warn("image volumes are on by default from Kubernetes 1.35; this API server is older: injecting the agent with an init container instead", "version", v.GitVersion)
-		return false
-	}
-	return true
+	return s.apiServerHas(cs, inject.ImageVolumesOnByDefault,
+		"cannot read the API server's version: injecting the agent with an init container, not an image volume",
+		"image volumes are on by default from Kubernetes 1.35; this API server is older: injecting the agent with an init container instead")
 }
 
 // nativeSidecars reports whether every kubelet of this cluster runs native
@@ -42,13 +36,22 @@ func (s *Server) imageVolumes(cs kubernetes.Interface) bool {
 // no watcher, and the log says why: the agents then watch from their hooks
 // on, and traffic evidence rarely closes a route before its tail.
 func (s *Server) nativeSidecars(cs kubernetes.Interface) bool {
+	return s.apiServerHas(cs, inject.NativeSidecarsEverywhere,
+		"cannot read the API server's version: injecting no watcher (its native sidecar needs every kubelet at 1.29+)",
+		"the watcher is a native sidecar, which kubelets older than 1.29 run as an init container that never ends; below API server 1.32 such kubelets may be in the cluster: injecting no watcher")
+}
+
+// apiServerHas reads the API server's version and reports whether has
+// says yes; an unreadable version logs unreadable, a version too old logs
+// tooOld, and both answer no.
+func (s *Server) apiServerHas(cs kubernetes.Interface, has func(*k8sversion.Info) bool, unreadable, tooOld string) bool {
 	v, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		s.log.Warn("cannot read the API server's version: injecting no watcher (its native sidecar needs every kubelet at 1.29+)", "err", err)
+		s.log.Warn(unreadable, "err", err)
 		return false
 	}
-	if !inject.NativeSidecarsEverywhere(v) {
-		s.log.Warn("the watcher is a native sidecar, which kubelets older than 1.29 run as an init container that never ends; below API server 1.32 such kubelets may be in the cluster: injecting no watcher", "version", v.GitVersion)
+	if !has(v) {
+		s.log.Warn(tooOld, "version", v.GitVersion)
 		return false
 	}
 	return true
