@@ -78,7 +78,7 @@ func usage() string {
 	w.WriteString(`usage:
   draingate-prestop install DIR
       copy this executable to DIR/draingate-prestop (an init container's job)
-  draingate-prestop watch --socket PATH [--history 4m]
+  draingate-prestop watch --socket PATH [--history 4m] [--memory-limit BYTES]
       watch the pod's inbound TCP traffic from its start and serve the
       history to the wait command's --watch-socket (a native sidecar's job)
   draingate-prestop wait [flags] [-- ARGV...]
