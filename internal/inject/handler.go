@@ -305,15 +305,12 @@ func (h *Handler) fitInstaller(ctx context.Context, log *slog.Logger, pod *corev
 		log.Warn("reading the namespace's LimitRanges failed; the installer and watcher keep their resources", "error", err)
 	} else if len(ranges) > 0 {
 		var notes, wnotes []string
-		s.InstallerResources, notes = FitLimitRanges(installerResources(s.InstallerResources), ranges)
-		s.WatcherResources, wnotes = FitLimitRanges(watcherResources(s.WatcherResources), ranges)
+		s.InstallerResources, notes = FitLimitRanges("installer", installerResources(s.InstallerResources), ranges)
+		s.WatcherResources, wnotes = FitLimitRanges("watcher", watcherResources(s.WatcherResources), ranges)
 		if len(notes) > 0 && !s.ImageVolume {
 			log.Info("installer resources fitted to the namespace's LimitRanges", "changes", notes)
 		}
 		if len(wnotes) > 0 && s.Watcher {
-			for i, n := range wnotes {
-				wnotes[i] = "watcher" + strings.TrimPrefix(n, "installer")
-			}
 			log.Info("watcher resources fitted to the namespace's LimitRanges", "changes", wnotes)
 		}
 	}

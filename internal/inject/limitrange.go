@@ -7,7 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// FitLimitRanges fits the installer's resources r into the pod's
+// FitLimitRanges fits the resources r of an added container (who: "installer",
+// "watcher", for the notes) into the pod's
 // namespace's LimitRanges: the API server's LimitRanger defaults the pod's
 // containers before the webhook adds the installer, then refuses the pod
 // if the installer is outside a Container range, and the pod's ReplicaSet
@@ -15,7 +16,7 @@ import (
 // it (a resource the range bounds and r leaves out is set to its min, for
 // both), one over its max is lowered to it, and a request never ends above
 // its limit. The notes say what changed, for the log.
-func FitLimitRanges(r corev1.ResourceRequirements, ranges []corev1.LimitRange) (corev1.ResourceRequirements, []string) {
+func FitLimitRanges(who string, r corev1.ResourceRequirements, ranges []corev1.LimitRange) (corev1.ResourceRequirements, []string) {
 	out := *r.DeepCopy()
 	if out.Requests == nil {
 		out.Requests = corev1.ResourceList{}
@@ -32,9 +33,9 @@ func FitLimitRanges(r corev1.ResourceRequirements, ranges []corev1.LimitRange) (
 		old, had := l[name]
 		l[name] = q.DeepCopy()
 		if had {
-			notes = append(notes, fmt.Sprintf("installer %s %s %s -> %s (%s)", name, kind, old.String(), q.String(), why))
+			notes = append(notes, fmt.Sprintf("%s %s %s %s -> %s (%s)", who, name, kind, old.String(), q.String(), why))
 		} else {
-			notes = append(notes, fmt.Sprintf("installer %s %s %s (%s)", name, kind, q.String(), why))
+			notes = append(notes, fmt.Sprintf("%s %s %s %s (%s)", who, name, kind, q.String(), why))
 		}
 	}
 	for _, lr := range ranges {

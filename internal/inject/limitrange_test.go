@@ -40,7 +40,7 @@ func TestFitLimitRanges(t *testing.T) {
 			[]corev1.LimitRange{limitRange("max", corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Max: list("memory", "8Mi", "ephemeral-storage", "64Mi")})},
 			list("cpu", "10m", "memory", "8Mi"), list("cpu", "10m", "memory", "8Mi", "ephemeral-storage", "64Mi")},
 	} {
-		got, notes := FitLimitRanges(def, c.ranges)
+		got, notes := FitLimitRanges("installer", def, c.ranges)
 		if !equalLists(got.Requests, c.wantRequests) || !equalLists(got.Limits, c.wantLimits) {
 			t.Errorf("%s: requests %v limits %v; want %v, %v (notes %q)", c.name, got.Requests, got.Limits, c.wantRequests, c.wantLimits, notes)
 		}
