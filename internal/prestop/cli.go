@@ -135,7 +135,7 @@ func waitCommand(ctx context.Context, args []string, getenv func(string) string,
 	// The watch starts before the first ask and ends when Run returns; a
 	// run that will not ask has nothing to send it with.
 	if opts.traffic && cfg.MaxWait > 0 && cfg.Validate() == nil {
-		summary, stop := startTraffic(traffic.Read, trafficInterval, log)
+		summary, stop := startTraffic(traffic.NewReader().Read, trafficInterval, log)
 		defer stop()
 		if opts.watchSocket != "" {
 			summary = withHistory(askWatcher(opts.watchSocket), summary, traffic.Gateways(), log)

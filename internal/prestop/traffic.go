@@ -16,7 +16,7 @@ import (
 const trafficInterval = 100 * time.Millisecond
 
 // startTraffic starts watching the pod's inbound TCP traffic with read
-// (traffic.Read): the baseline sample at once, so that the first ask
+// (a traffic.Reader's): the baseline sample at once, so that the first ask
 // already carries evidence (Read bounds itself to about a second, and takes
 // milliseconds), then one every interval until stop is called.
 // It returns what Config.Traffic should be: nil when the baseline read

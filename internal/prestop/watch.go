@@ -192,7 +192,7 @@ func watchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return 2
 	}
 	log := logger{stdout}
-	if err := serveHistory(ctx, traffic.Read, *socket, *window, trafficInterval, log); err != nil {
+	if err := serveHistory(ctx, traffic.NewReader().Read, *socket, *window, trafficInterval, log); err != nil {
 		log.printf("watch: %s; the agents will watch on their own", api.OneLine(err.Error()))
 		<-ctx.Done()
 	}

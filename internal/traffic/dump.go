@@ -31,11 +31,12 @@ const (
 	afInet6    = 10
 	ipprotoTCP = 6
 
-	inetDiagReqV2Len = 56 // struct inet_diag_req_v2
-	inetDiagMsgLen   = 72 // struct inet_diag_msg
-	inetDiagInfo     = 2  // INET_DIAG_INFO: the attribute carrying tcp_info
-	rtaHdrLen        = 4  // struct rtattr
-	nlaTypeMask      = 0x3fff
+	inetDiagReqV2Len  = 56 // struct inet_diag_req_v2
+	inetDiagMsgLen    = 72 // struct inet_diag_msg
+	inetDiagSockIDLen = 48 // struct inet_diag_sockid
+	inetDiagInfo      = 2  // INET_DIAG_INFO: the attribute carrying tcp_info
+	rtaHdrLen         = 4  // struct rtattr
+	nlaTypeMask       = 0x3fff
 )
 
 // wantStates is the idiag_states mask of a dump: every state but SYN_SENT
@@ -81,6 +82,91 @@ func dumpRequest(family uint8, seq uint32) []byte {
 	ne.PutUint32(r[4:], wantStates)
 	// The socket id stays zero: a dump ignores it.
 	return b
+}
+
+// lookupKey is what asks the kernel for one socket again (exactRequest):
+// its address family and its struct inet_diag_sockid as the kernel sent it
+// (addresses as the socket holds them, IPv4-mapped or not, its interface and
+// its cookie, which makes a socket that closed, or another on the same
+// addresses, not match).
+type lookupKey struct {
+	family uint8
+	id     [inetDiagSockIDLen]byte
+}
+
+// exactRequest is the message asking for the one socket k names, with its
+// tcp_info: no NLM_F_DUMP, so the kernel looks it up by its addresses in
+// its hash table instead of walking the table. The answer is the socket's
+// message, or an error (ENOENT when it is gone).
+func exactRequest(k lookupKey, seq uint32) []byte {
+	b := make([]byte, nlmsgHdrLen+inetDiagReqV2Len)
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], sockDiagByFamily)
+	ne.PutUint16(b[6:], nlmFRequest)
+	ne.PutUint32(b[8:], seq)
+	r := b[nlmsgHdrLen:]
+	r[0] = k.family
+	r[1] = ipprotoTCP
+	r[2] = 1 << (inetDiagInfo - 1)
+	ne.PutUint32(r[4:], wantStates)
+	copy(r[8:], k.id[:])
+	return b
+}
+
+// answer is the kernel's answer to one exact request: the socket, or that
+// it is gone.
+type answer struct {
+	seq  uint32
+	conn Conn
+	gone bool
+}
+
+// parseAnswers reads one datagram of answers to exact requests, each
+// message its request's (by seq). ENOENT and ESTALE say that the socket
+// is gone (closed and freed, or the addresses now another socket's); any
+// other error, or anything malformed, fails the datagram.
+func parseAnswers(b []byte) ([]answer, error) {
+	var out []answer
+	for len(b) > 0 {
+		if len(b) < nlmsgHdrLen {
+			return nil, fmt.Errorf("netlink: %d bytes left, too few for a message header", len(b))
+		}
+		n := ne.Uint32(b[0:])
+		if n < nlmsgHdrLen || uint64(n) > uint64(len(b)) {
+			return nil, fmt.Errorf("netlink: message length %d, with %d bytes left", n, len(b))
+		}
+		a := answer{seq: ne.Uint32(b[8:])}
+		payload := b[nlmsgHdrLen:n]
+		switch typ := ne.Uint16(b[4:]); typ {
+		case nlmsgNoop:
+			b = b[min(align4(int(n)), len(b)):]
+			continue
+		case nlmsgError:
+			if len(payload) < 4 {
+				return nil, errors.New("netlink: error message without its code")
+			}
+			code := int32(ne.Uint32(payload))
+			switch e := syscall.Errno(-code); {
+			case code >= 0:
+				return nil, errors.New("netlink: unexpected acknowledgement of a socket lookup")
+			case e == syscall.ENOENT || e == syscall.ESTALE:
+				a.gone = true
+			default:
+				return nil, fmt.Errorf("sock_diag: looking a socket up: %w", e)
+			}
+		case sockDiagByFamily:
+			c, err := parseDiagMsg(payload)
+			if err != nil {
+				return nil, err
+			}
+			a.conn = c
+		default:
+			return nil, fmt.Errorf("netlink: unexpected message type %d answering a socket lookup", typ)
+		}
+		out = append(out, a)
+		b = b[min(align4(int(n)), len(b)):]
+	}
+	return out, nil
 }
 
 // parseDump reads one datagram of a sock_diag dump answering request seq:
@@ -177,6 +263,8 @@ func parseDiagMsg(p []byte) (Conn, error) {
 	c.Local = netip.AddrPortFrom(src, sport)
 	c.Remote = netip.AddrPortFrom(dst, dport)
 	c.Cookie = uint64(ne.Uint32(id[40:])) | uint64(ne.Uint32(id[44:]))<<32
+	c.key.family = p[0]
+	copy(c.key.id[:], id)
 
 	for a := p[inetDiagMsgLen:]; len(a) > 0; {
 		if len(a) < rtaHdrLen {

@@ -1,6 +1,7 @@
 package traffic
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"net/netip"
@@ -112,6 +113,19 @@ func TestParseDump(t *testing.T) {
 		{Cookie: 3, State: CloseWait, Local: ap("10.1.2.3:8080"), Remote: ap("10.9.8.6:40000"), Info: Info{
 			LastDataRecv: 20 * time.Millisecond, HasLastDataRecv: true}},
 		{Cookie: 4, State: TimeWait, Local: ap("[fd00::5]:9090"), Remote: ap("[fd00::9]:443")},
+	}
+	// Each socket keeps what asks for it again: its family and socket id
+	// as sent, which an exact request carries back unchanged.
+	for i, c := range socks {
+		req := exactRequest(c.key, 9)
+		if fam := []uint8{afInet, afInet, afInet6, afInet6}[i]; c.key.family != fam || req[nlmsgHdrLen] != fam {
+			t.Errorf("socket %d: key family %d, request family %d; want %d", i, c.key.family, req[nlmsgHdrLen], fam)
+		}
+		if id := req[nlmsgHdrLen+8:]; !bytes.Equal(id, c.key.id[:]) || ne.Uint16(req[6:]) != nlmFRequest ||
+			binary.BigEndian.Uint16(id[0:]) != c.Local.Port() || ne.Uint32(id[40:]) != uint32(c.Cookie) {
+			t.Errorf("socket %d: exact request % x for %+v", i, req, c)
+		}
+		socks[i].key = lookupKey{}
 	}
 	if !reflect.DeepEqual(socks, want) {
 		t.Errorf("sockets:\n got %+v\nwant %+v", socks, want)
@@ -266,5 +280,42 @@ Udp: 1 2
 func TestStateString(t *testing.T) {
 	if Established.String() != "ESTABLISHED" || NewSynRecv.String() != "NEW_SYN_RECV" || State(0).String() != "STATE_0" || State(99).String() != "STATE_99" {
 		t.Error(Established, NewSynRecv, State(0), State(99))
+	}
+}
+
+// Answers to exact lookups: each its request's, a socket or gone.
+func TestParseAnswers(t *testing.T) {
+	errMsg := func(seq uint32, e syscall.Errno) []byte {
+		p := make([]byte, 4+nlmsgHdrLen)
+		ne.PutUint32(p, uint32(-int32(e)))
+		return nlmsg(nlmsgError, 0, seq, p)
+	}
+	got, err := parseAnswers(concat(
+		nlmsg(sockDiagByFamily, 0, 1, diagMsg(afInet, Established, ap("10.1.2.3:8080"), ap("10.9.8.7:51234"), 5)),
+		errMsg(2, syscall.ENOENT),
+		errMsg(3, syscall.ESTALE),
+		nlmsg(sockDiagByFamily, 0, 4, diagMsg(afInet, TimeWait, ap("10.1.2.3:8080"), ap("10.9.8.7:51235"), 6)),
+	))
+	if err != nil || len(got) != 4 {
+		t.Fatalf("parseAnswers: %+v, %v", got, err)
+	}
+	for i, a := range got {
+		if a.seq != uint32(i+1) || a.gone != (i == 1 || i == 2) {
+			t.Errorf("answer %d: %+v", i, a)
+		}
+	}
+	if got[0].conn.Cookie != 5 || got[3].conn.State != TimeWait || got[3].conn.key.family != afInet {
+		t.Errorf("sockets: %+v, %+v", got[0].conn, got[3].conn)
+	}
+	for name, b := range map[string][]byte{
+		"another error":         errMsg(1, syscall.EPERM),
+		"an acknowledgement":    errMsg(1, 0),
+		"a dump's end":          nlmsg(nlmsgDone, 0, 1, []byte{0, 0, 0, 0}),
+		"a truncated message":   nlmsg(sockDiagByFamily, 0, 1, make([]byte, 10)),
+		"a length past the end": nlmsg(sockDiagByFamily, 0, 1, diagMsg(afInet, Established, ap("10.1.2.3:8080"), ap("10.9.8.7:1"), 1))[:40],
+	} {
+		if got, err := parseAnswers(b); err == nil {
+			t.Errorf("%s: %+v, no error", name, got)
+		}
 	}
 }

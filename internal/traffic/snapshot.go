@@ -73,6 +73,9 @@ type Conn struct {
 	// IPv4-mapped IPv6 addresses unmapped.
 	Local, Remote netip.AddrPort
 	Info          Info
+	// key asks the kernel for this socket again (Reader); zero when it
+	// did not come from the kernel.
+	key lookupKey
 }
 
 // Info is what the socket's tcp_info said about received data. A Has flag is
