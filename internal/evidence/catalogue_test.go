@@ -24,8 +24,13 @@ var (
 	catalogueHistory   = flag.Duration("catalogue.history", 0, "the agent's watch begins this long before the hook (the watcher's history, at least half its 4m window: 2m) instead of at the hook")
 )
 
-// catalogueTail is the route's tail in the catalogue: an ALB's.
-const catalogueTail = 20 * time.Second
+// catalogueTail is the route's tail in the catalogue: an ALB's, unless
+// -catalogue.tail says otherwise (the lab's, scaled: 8s at 0.4).
+var catalogueTail = 20 * time.Second
+
+func init() {
+	flag.DurationVar(&catalogueTail, "catalogue.tail", catalogueTail, "the route's tail (the load balancer nodes stop within it)")
+}
 
 // drainShape is one kind of traffic a terminating pod may get.
 type drainShape struct {
@@ -157,6 +162,19 @@ var catalogue = []drainShape{
 	threeNodes("3 nodes, round robin 2.8/s ±30 %", func(rng *rand.Rand, addr string, from, stop time.Time) et.Stream {
 		return et.Regular(rng, addr, 2.8, 0.3, from, stop)
 	}),
+	{"3 nodes, round robin 7/s ±30 %, stalls of 0.15-0.35s every 2s", "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
+		// Everything upstream stops now and then, for every node at once
+		// (a busy machine, a client's pause), and the requests held come
+		// together after: the lab's load shows such stalls.
+		st := et.NewStalls(rng, 2*time.Second, 150*time.Millisecond, 350*time.Millisecond, genFrom(start), end)
+		var ss []et.Stream
+		for i := range 3 {
+			stop := out.Add(time.Duration(rng.Float64() * float64(end.Sub(out))))
+			s := st.Apply(rng, et.Regular(rng, nodeAddr(i), 7, 0.3, genFrom(start), stop))
+			ss = append(ss, et.From(s, watchFrom(start)))
+		}
+		return ss, knownNodes(3)
+	}},
 	oneNode("round robin 7/s ±30 %", func(rng *rand.Rand, addr string, from, stop time.Time) et.Stream {
 		return et.Regular(rng, addr, 7, 0.3, from, stop)
 	}),

@@ -183,6 +183,47 @@ func RegularVarying(rng *rand.Rand, addr string, rate func(time.Time) float64, j
 	return s
 }
 
+// Stalls are moments when everything upstream of a pod stops for a while
+// (a client's or a proxy's pause, a busy node): each a start and a length.
+type Stalls []struct {
+	At  time.Time
+	Len time.Duration
+}
+
+// NewStalls draws stalls between start and stop, at exponential intervals
+// of mean every, each lasting a uniform time in [min, max].
+func NewStalls(rng *rand.Rand, every, lo, hi time.Duration, start, stop time.Time) Stalls {
+	var out Stalls
+	next := Exponential(rng, every)
+	for t := start.Add(next()); t.Before(stop); t = t.Add(next()) {
+		l := lo + time.Duration(rng.Float64()*float64(hi-lo))
+		out = append(out, struct {
+			At  time.Time
+			Len time.Duration
+		}{t, l})
+		t = t.Add(l)
+	}
+	return out
+}
+
+// Apply holds back s's arrivals that fall in a stall to its end, where
+// they come a few milliseconds apart, as queued requests do.
+func (st Stalls) Apply(rng *rand.Rand, s Stream) Stream {
+	out := s
+	out.Times = slices.Clone(s.Times)
+	j := 0
+	for i, t := range out.Times {
+		for j < len(st) && !t.Before(st[j].At.Add(st[j].Len)) {
+			j++
+		}
+		if j < len(st) && !t.Before(st[j].At) {
+			out.Times[i] = st[j].At.Add(st[j].Len + time.Duration(rng.IntN(5)+1)*time.Millisecond)
+		}
+	}
+	slices.SortFunc(out.Times, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
+
 // Merge is the streams' arrivals as one source's (addr's): a load
 // balancer node carrying several clients' requests.
 func Merge(addr string, ss ...Stream) Stream {
