@@ -882,21 +882,28 @@ func TestSilenceBeforeTheRouteWentOut(t *testing.T) {
 
 // TestFallFloorWeighsThePaceOverMinutes: a round-robin source that stalls
 // now and then (everything upstream paused a few hundred milliseconds, its
-// requests then coming together) has a longest gap of a stall. Watched
-// for two minutes (the watcher's history) its sudden-fall floor is its
-// pace, and its route closes well within 8 times that longest gap of its
-// last arrival; watched for 40 s the floor is still 8 times the longest
-// gap, which a watch that short cannot yet tell from a pause.
+// requests then coming together) has a longest gap of a stall, and many
+// gaps near it. Its sudden-fall floor is its pace: its route closes well
+// within 8 times that longest gap of its last arrival. The same source with
+// only two such pauses in its watch is not regular beyond random arrivals
+// (its longest gap is a rare one) and closes no sooner than that (fallGap's
+// own cases: TestFallGap).
 func TestFallFloorWeighsThePaceOverMinutes(t *testing.T) {
 	const tail = 8 * time.Second
+	watch := 2 * time.Minute
+	outSince := t0.Add(watch)
+	stop := outSince.Add(time.Second)
 	for _, c := range []struct {
-		watch   time.Duration
+		name    string
+		every   time.Duration // stalls' mean interval; zero: two stalls
 		quicker bool
-	}{{2 * time.Minute, true}, {40 * time.Second, false}} {
+	}{{"stalls every 2s", 2 * time.Second, true}, {"two stalls", 0, false}} {
 		rng := rand.New(rand.NewPCG(51, 52))
-		outSince := t0.Add(c.watch)
-		stop := outSince.Add(time.Second)
 		st := et.NewStalls(rng, 2*time.Second, 150*time.Millisecond, 350*time.Millisecond, t0.Add(-time.Minute), stop)
+		if c.every == 0 {
+			st = et.Stalls{{At: outSince.Add(-30 * time.Second), Len: 350 * time.Millisecond},
+				{At: outSince.Add(-10 * time.Second), Len: 350 * time.Millisecond}}
+		}
 		raw := et.From(st.Apply(rng, et.Regular(rng, "10.0.0.1", 7, 0.3, t0.Add(-time.Minute), stop)), t0)
 		var longest time.Duration
 		for i := 1; i < len(raw.Times); i++ {
@@ -905,12 +912,12 @@ func TestFallFloorWeighsThePaceOverMinutes(t *testing.T) {
 		s := current(raw)
 		at, cl := closeTime(tgOut(tail, outSince), outSince, outSince.Add(2*tail), 100*time.Millisecond, evidence.DefaultEpsilon, nil, s)
 		if at.IsZero() {
-			t.Fatalf("watched %s: never closed (%s)", c.watch, cl.Detail)
+			t.Fatalf("%s: never closed (%s)", c.name, cl.Detail)
 		}
 		quiet := at.Sub(et.Last(s))
 		if quicker := quiet < 8*longest; quicker != c.quicker {
-			t.Errorf("watched %s: closed %s after the last arrival, the longest gap %s (%s); want within 8 times it: %v",
-				c.watch, quiet.Round(time.Millisecond), longest.Round(time.Millisecond), cl.Detail, c.quicker)
+			t.Errorf("%s: closed %s after the last arrival, the longest gap %s (%s); want within 8 times it: %v",
+				c.name, quiet.Round(time.Millisecond), longest.Round(time.Millisecond), cl.Detail, c.quicker)
 		}
 	}
 }

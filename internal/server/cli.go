@@ -94,7 +94,7 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.StringVar(&f.injectInstallerRequests, "inject-installer-requests", "", "the installer init container's requests, e.g. cpu=50m,memory=16Mi,ephemeral-storage=32Mi (a LimitRange minimum or a ResourceQuota refuses pods after the webhook); empty with --inject-installer-limits also empty: cpu=10m,memory=16Mi for both")
 	fs.StringVar(&f.injectInstallerLimits, "inject-installer-limits", "", "the installer init container's limits, same form as --inject-installer-requests")
 	fs.StringVar(&f.injectPullSecrets, "inject-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets, for an agent image in a private registry (each must exist in the pods' namespaces)")
-	fs.BoolVar(&f.injectWatcher, "inject-watcher", true, "add the watcher, a native sidecar watching each injected pod's traffic from its start, so that traffic evidence can close routes before their tails (docs/evidence.md); false: evidence from the hook on; off by itself below Kubernetes 1.32 (kubelets without native sidecars) and for hostNetwork pods")
+	fs.BoolVar(&f.injectWatcher, "inject-watcher", true, "add the watcher, a native sidecar watching each injected pod's traffic from its start, so that traffic evidence can close routes before their tails (docs/evidence.md); false: evidence from the hook on; off by itself with --traffic-evidence=false, below Kubernetes 1.32 (kubelets without native sidecars) and for hostNetwork pods")
 	fs.StringVar(&f.injectWatcherRequests, "inject-watcher-requests", "", "the watcher's requests, same form as --inject-installer-requests; empty with --inject-watcher-limits also empty: cpu=50m,memory=32Mi for both")
 	fs.StringVar(&f.injectWatcherLimits, "inject-watcher-limits", "", "the watcher's limits, same form; empty with --inject-watcher-requests also empty: as the requests")
 	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
@@ -395,7 +395,9 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 		AgentImage: f.agentImage, Server: server,
 		MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
 		ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
-		Watcher: f.injectWatcher,
+		// The watcher serves traffic evidence alone: without it, it
+		// would cost every pod a container for nothing.
+		Watcher: f.injectWatcher && f.trafficEvidence,
 	}
 	if settings.InstallerResources, settings.PullSecrets, err = f.installerSettings(); err == nil {
 		settings.WatcherResources, err = f.watcherResources()

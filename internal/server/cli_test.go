@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -109,6 +110,33 @@ func TestLogLevel(t *testing.T) {
 	for _, s := range []string{"verbose", "info+2", ""} {
 		if _, err := logLevel(s); err == nil {
 			t.Errorf("%q accepted", s)
+		}
+	}
+}
+
+// The watcher only serves traffic evidence: with evidence off the webhook
+// adds none, whatever --inject-watcher says.
+func TestWatcherOnlyWithTrafficEvidence(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--inject-watcher=false"}, false},
+		{[]string{"--traffic-evidence=false"}, false},
+	} {
+		args := append([]string{"--webhook-listen=127.0.0.1:0", "--agent-image=img", "--webhook-namespace=ns"}, c.args...)
+		f, code := parseServe(args, func(string) string { return "" }, io.Discard)
+		if f == nil {
+			t.Fatalf("%q: exit %d", args, code)
+		}
+		o, err := webhookOptions(f)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		o.Listener.Close()
+		if o.Settings.Watcher != c.want {
+			t.Errorf("%q: watcher %v, want %v", c.args, o.Settings.Watcher, c.want)
 		}
 	}
 }
