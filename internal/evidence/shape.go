@@ -46,6 +46,9 @@ const (
 	// rate stepping from 10/s to 1.5/s 3 times at 1e-3: the longest gap
 	// is what holds a source that pauses between bursts.
 	fallFactor = 8
+	// paceWatch is the watch past which the sudden-fall floor weighs the
+	// source's pace instead of its longest gap (fallGap).
+	paceWatch = time.Minute
 	// spreadZ is how many standard deviations above its mean the chance
 	// that an empty look follows an empty one must stay under the share of
 	// empty looks for fallGap to weigh the pace (99.9 %).
@@ -226,7 +229,7 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 		return 0, why
 	}
 	span := a.Last[0].Sub(a.First).Seconds()
-	fall := fallFactor * fallGap(a, longest, k, m)
+	fall := fallFactor * fallGap(a, longest, k, m, span, d)
 	n = min(recentBound(a, k/m, max(n, g, fall)), maxN)
 	// A source seen for a moment (one burst) has not shown how long it
 	// pauses: its silence must be short against how long it was watched.
@@ -241,41 +244,38 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 }
 
 // fallGap is the gap (in looks) the sudden-fall floor multiplies: the
-// longest the source showed, or, for a source that spreads its arrivals
-// (round robin) and whose longest gap the long-gap fit covers, its pace:
-// the longer of its whole watch's and its latest arrivals' mean gap.
+// longest the source showed, or, over a watch of paceWatch or more of a
+// source that spreads its arrivals (round robin), its pace: the longer of
+// its whole watch's and its latest arrivals' mean gap.
 //
-// The longest gap stands in for what the source's gaps cannot show yet: a
-// source seen to pause once between bursts has a longest gap of that pause,
-// and the floor holds it however regular it was otherwise. Once at least
-// minLongGaps gaps reach the longest one's bin (within a factor of 2 of
-// it), gapBound has fitted those long gaps on their own, the longest
-// checked against the others: the source's pauses are weighed there. What
-// is left for the floor is a fall of the pace itself, after the latest
-// arrival, which no gap foretells. And the longest gap of a watch of
-// minutes is no pace: a regular source's is now and then a stall
-// (everything upstream paused a few hundred milliseconds, its requests
-// then came together), and 8 times it made every bound 2-4 s where the
-// models and the long gaps gave about one.
-func fallGap(a Arrivals, longest, k, m float64) float64 {
-	if k <= 0 || a.Looks.N <= 0 {
-		return longest
-	}
-	var r int
-	for _, b := range a.Gaps[min(api.GapBinOf(int(longest)), len(a.Gaps)):] {
-		r += b.N
-	}
-	if r < minLongGaps {
+// Over a watch of seconds the longest gap stands in for what the source's
+// gaps cannot show yet: a source seen to pause once between bursts has a
+// longest gap of that pause, and the floor holds it however regular it was
+// otherwise. Over minutes the gaps show it: a source that pauses has paused
+// many times, and gapBound fits those pauses (its long gaps) on their own,
+// the longest among them checked against the others. What is left for the
+// floor is a fall of the pace itself, after the latest arrival, which no
+// gap foretells. And the longest gap of minutes is no pace: a regular
+// source's is now and then a stall (everything upstream paused a few
+// hundred milliseconds, its requests then came together), and 8 times it
+// made every bound 2-4 s where the models and the long gaps gave about one.
+// A count of long gaps instead of a minute (at least minLongGaps of them
+// within a factor of 2 of the longest, so that gapBound fitted them) was
+// tried: from the hook on, the catalogue's chained bursts then closed
+// falsely 5 times in 5,000 drains at ε = 10⁻³.
+func fallGap(a Arrivals, longest, k, m, span, d float64) float64 {
+	if span < paceWatch.Seconds() || k <= 0 || a.Looks.N <= 0 {
 		return longest
 	}
 	// Only a source shown to spread its arrivals, beyond doubt: an empty
 	// look followed by another less often than random arrivals' would be
 	// (a chance c, its upper confidence limit, against q, the share of
-	// empty looks, which is c for random arrivals). Random arrivals pass
-	// the regularity check one time in ten; their longest gap is what
-	// holds them when their rate falls (the catalogue's Poisson source
-	// falling from 10/s to 1.5/s closed falsely 12 times in 5,000 drains
-	// at ε = 10⁻³ on its pace), and bursts cluster their empty looks.
+	// empty looks, which is c for random arrivals). Random
+	// arrivals pass the regularity check one time in ten; their longest
+	// gap is what holds them when their rate falls (the catalogue's
+	// Poisson source falling from 10/s to 1.5/s closed falsely 12 times
+	// in 5,000 drains at ε = 10⁻³ on its pace), and bursts cluster their
+	// empty looks.
 	_, c := transitions(k, m, a.Looks.Pauses)
 	sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1))
 	if q := (m - k) / m; c.mean()+spreadZ*sd >= q {
