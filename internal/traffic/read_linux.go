@@ -172,18 +172,13 @@ func lookupTCP(conns []Conn) ([]Conn, error) {
 			if time.Now().After(deadline) {
 				return nil, fmt.Errorf("looking up %d TCP sockets took more than %s", len(conns), readBudget)
 			}
-			n, from, err := syscall.Recvfrom(fd, buf, syscall.MSG_TRUNC)
+			n, ok, err := recvKernel(fd, buf)
 			switch {
-			case errors.Is(err, syscall.EINTR):
-				continue
-			case errors.Is(err, syscall.EAGAIN):
+			case errors.Is(err, errNoAnswer):
 				return nil, fmt.Errorf("sock_diag answered %d of %d lookups in %s", got, len(batch), recvTimeout)
 			case err != nil:
 				return nil, fmt.Errorf("reading sock_diag's answers: %w", err)
-			case n > len(buf):
-				return nil, fmt.Errorf("sock_diag sent a datagram of %d bytes, more than the %d read", n, len(buf))
-			}
-			if nl, ok := from.(*syscall.SockaddrNetlink); !ok || nl.Pid != 0 {
+			case !ok:
 				continue
 			}
 			answers, err := parseAnswers(buf[:n])
@@ -219,6 +214,32 @@ func openDiag() (int, error) {
 	return fd, nil
 }
 
+// errNoAnswer is a receive that timed out (recvTimeout).
+var errNoAnswer = errors.New("no answer")
+
+// recvKernel receives one datagram into buf: its length, and ok false when
+// it is nothing to read (an interrupted call, or not from the kernel, port
+// id 0, which alone answers). MSG_TRUNC makes the kernel return the
+// datagram's real length, so a datagram larger than buf is an error
+// instead of parsed cut short.
+func recvKernel(fd int, buf []byte) (n int, ok bool, err error) {
+	n, from, err := syscall.Recvfrom(fd, buf, syscall.MSG_TRUNC)
+	switch {
+	case errors.Is(err, syscall.EINTR):
+		return 0, false, nil
+	case errors.Is(err, syscall.EAGAIN):
+		return 0, false, errNoAnswer
+	case err != nil:
+		return 0, false, err
+	case n > len(buf):
+		return 0, false, fmt.Errorf("sock_diag sent a datagram of %d bytes, more than the %d read", n, len(buf))
+	}
+	if nl, isNL := from.(*syscall.SockaddrNetlink); !isNL || nl.Pid != 0 {
+		return 0, false, nil
+	}
+	return n, true, nil
+}
+
 // dumpTCP asks the kernel for every TCP socket of the namespace, IPv4 then
 // IPv6, on a netlink socket of its own that it always closes.
 func dumpTCP() ([]Conn, error) {
@@ -242,23 +263,13 @@ func dumpTCP() ([]Conn, error) {
 			if time.Now().After(deadline) {
 				return nil, fmt.Errorf("the sock_diag dump took more than %s", readBudget)
 			}
-			// MSG_TRUNC makes the kernel return the datagram's real
-			// length, so a datagram larger than buf is caught instead of
-			// parsed cut short.
-			n, from, err := syscall.Recvfrom(fd, buf, syscall.MSG_TRUNC)
+			n, ok, err := recvKernel(fd, buf)
 			switch {
-			case errors.Is(err, syscall.EINTR):
-				continue
-			case errors.Is(err, syscall.EAGAIN):
+			case errors.Is(err, errNoAnswer):
 				return nil, fmt.Errorf("sock_diag sent nothing for %s", recvTimeout)
 			case err != nil:
 				return nil, fmt.Errorf("reading the sock_diag dump: %w", err)
-			case n > len(buf):
-				return nil, fmt.Errorf("sock_diag sent a datagram of %d bytes, more than the %d read", n, len(buf))
-			}
-			if nl, ok := from.(*syscall.SockaddrNetlink); !ok || nl.Pid != 0 {
-				// Only the kernel (port id 0) answers; anything else is
-				// not part of the dump.
+			case !ok:
 				continue
 			}
 			var part []Conn
