@@ -897,7 +897,8 @@ func TestFallFloorWeighsThePaceOverMinutes(t *testing.T) {
 		name    string
 		every   time.Duration // stalls' mean interval; zero: two stalls
 		quicker bool
-	}{{"stalls every 2s", 2 * time.Second, true}, {"two stalls", 0, false}} {
+		why     string // what the release says of the bound
+	}{{"stalls every 2s", 2 * time.Second, true, "set by its long gaps"}, {"two stalls", 0, false, "no more regular than random arrivals"}} {
 		rng := rand.New(rand.NewPCG(51, 52))
 		st := et.NewStalls(rng, 2*time.Second, 150*time.Millisecond, 350*time.Millisecond, t0.Add(-time.Minute), stop)
 		if c.every == 0 {
@@ -918,6 +919,9 @@ func TestFallFloorWeighsThePaceOverMinutes(t *testing.T) {
 		if quicker := quiet < 8*longest; quicker != c.quicker {
 			t.Errorf("%s: closed %s after the last arrival, the longest gap %s (%s); want within 8 times it: %v",
 				c.name, quiet.Round(time.Millisecond), longest.Round(time.Millisecond), cl.Detail, c.quicker)
+		}
+		if !strings.Contains(cl.Why, c.why) {
+			t.Errorf("%s: the release says %q, want it to say %q", c.name, cl.Why, c.why)
 		}
 	}
 }

@@ -51,7 +51,18 @@ type Fit struct {
 	// (for sampled arrivals, see fitSampled); and at least twice the
 	// longest pause the source made, for bursty sources.
 	Quiet time.Duration
+	// By says what set Quiet, as a phrase for a route's detail: "the
+	// Poisson model", "8 × its longest gap (360ms)", ...
+	By string
 }
+
+// What can set a fit's bound (Fit.By), besides the shape's floors.
+const (
+	byPoisson = "the Poisson model"
+	byMarkov  = "the Markov model"
+	byPause   = "twice its longest pause"
+	byRecent  = "its latest arrivals' lower rate"
+)
 
 // FitArrivals fits a Poisson arrival model to a: while a source sends, its
 // arrivals come at a steady rate λ, independently, so the chance that it
@@ -90,6 +101,7 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 		return Fit{Rate: f.Rate, Unfit: f.Unfit}
 	}
 	k := max(1, f.Rate*max(tail, 0).Seconds())
+	f.By = byPoisson
 	return f.done(a, math.Log(k/eps)/f.Low)
 }
 
@@ -100,9 +112,12 @@ func FitArrivals(a Arrivals, tail time.Duration, eps float64) Fit {
 // Poisson source that rarely binds (its longest of n gaps is about
 // ln(n)/λ, the bound at least ln(1/ε)/λ, 14/λ).
 func (f Fit) done(a Arrivals, q float64) Fit {
-	q = max(q, burstGaps*a.MaxGap.Seconds())
+	pause := a.MaxGap.Seconds()
 	for i := 1; i < len(a.Last); i++ {
-		q = max(q, burstGaps*a.Last[i-1].Sub(a.Last[i]).Seconds())
+		pause = max(pause, a.Last[i-1].Sub(a.Last[i]).Seconds())
+	}
+	if burstGaps*pause > q {
+		q, f.By = burstGaps*pause, byPause
 	}
 	f.Quiet = time.Duration(min(q, maxQuiet.Seconds()) * float64(time.Second))
 	f.OK = true
@@ -174,29 +189,35 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	maxN := math.Ceil(maxQuiet.Seconds() / d)
 	// done ends the fit with the models' bound of n looks, once the
 	// source's shape allows it (see shape).
-	done := func(n float64) Fit {
-		checked, why := shape(a, k, m, d, n, perGap, eps)
+	done := func(n float64, by string) Fit {
+		f.By = by
+		checked, checkedBy, why := shape(a, k, m, d, n, perGap, eps)
 		if why != "" {
 			f.Unfit = why
 			return f.done(a, (min(n, maxN)+1)*d)
+		}
+		if checkedBy != "" {
+			f.By = checkedBy
 		}
 		return f.done(a, (min(checked, maxN)+1)*d)
 	}
 
 	// The Poisson model: the mean of (1 − p)^n over p's posterior.
 	q := beta{m - k + 0.5, k + 0.5} // 1 − p
-	n := fewestLooks(maxN, q.moment, lt)
+	n, by := fewestLooks(maxN, q.moment, lt), byPoisson
 	if r := len(a.Last); r >= 4 {
 		if rs := a.Last[0].Sub(a.Last[r-1]).Seconds(); rs > 0 {
 			kr, mr := float64(r-1), looks(rs)
 			if recent := rate(min(kr, mr), mr); recent < f.Low {
 				f.Low = recent
 			}
-			n = max(n, math.Ceil(lt/(-f.Low*d)))
+			if nr := math.Ceil(lt / (-f.Low * d)); nr > n {
+				n, by = nr, byRecent
+			}
 		}
 	}
 	if !counted {
-		return done(n)
+		return done(n, by)
 	}
 
 	// The Markov model: transitions out of the k looks with data (the
@@ -215,10 +236,11 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	// A source whose empty looks cluster, beyond doubt at the fit's
 	// confidence, is burstier than Poisson: the Markov bound is the
 	// sound one then, however long.
-	if sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1)); c.mean()-fitZ*sd > (m-k)/m {
-		return done(max(n, nm))
+	sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1))
+	if bursty := c.mean()-fitZ*sd > (m-k)/m; bursty && nm > n || !bursty && nm < n {
+		return done(nm, byMarkov)
 	}
-	return done(min(n, nm))
+	return done(n, by)
 }
 
 // beta is a Beta(al, be) distribution: a chance's posterior.

@@ -152,8 +152,8 @@ func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail t
 	if j.conns {
 		arrivals, nothing, none = "new connections", "no new connection having opened on its ports", "no new connection on its ports"
 	}
-	quiet := fmt.Sprintf("quiet %s after %d %s from %s (%d fitted at %s, bound %s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
-		j.arrived, arrivals, api.CountNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond))
+	quiet := fmt.Sprintf("quiet %s after %d %s from %s (%d fitted at %s, bound %s%s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
+		j.arrived, arrivals, api.CountNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond), j.boundWhy())
 	by = api.ClosedByTail
 	switch {
 	case j.closeAt.Before(end):
@@ -197,6 +197,7 @@ type quietJudgement struct {
 	// lengthened names why closeAt is past the tail's end.
 	lengthened  string
 	bound       time.Duration // the longest fitted quiet bound
+	boundBy     string        // what set it (Fit.By)
 	lastArrival time.Time     // the latest arrival of any source weighed
 	// minRate and maxRate span the fitted sources' rates (per second).
 	minRate, maxRate float64
@@ -303,7 +304,9 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 		trusted := f.OK && f.Unfit == ""
 		if trusted {
 			j.fitted++
-			j.bound = max(j.bound, f.Quiet)
+			if f.Quiet >= j.bound {
+				j.bound, j.boundBy = f.Quiet, f.By
+			}
 			if j.fitted == 1 || f.Rate < j.minRate {
 				j.minRate = f.Rate
 			}
@@ -415,7 +418,7 @@ func (j quietJudgement) describe(eps float64) string {
 	}
 	s := fmt.Sprintf("%d %s from %s", j.arrived, what, api.CountNoun(j.sources, "source"))
 	if j.fitted > 0 {
-		s += fmt.Sprintf(" (%d fitted at %s, longest quiet bound %s at ε %.0e)", j.fitted, j.rates(), j.bound.Round(time.Millisecond), eps)
+		s += fmt.Sprintf(" (%d fitted at %s, longest quiet bound %s at ε %.0e%s)", j.fitted, j.rates(), j.bound.Round(time.Millisecond), eps, j.boundWhy())
 	}
 	return s + j.nodeNote()
 }
@@ -441,6 +444,15 @@ func (j quietJudgement) nodeNote() string {
 			api.CountNoun(j.open, "established flow"))
 	}
 	return s
+}
+
+// boundWhy says what set the longest bound, as ", set by ..." ("" if
+// unknown).
+func (j quietJudgement) boundWhy() string {
+	if j.boundBy == "" {
+		return ""
+	}
+	return ", set by " + j.boundBy
 }
 
 // rates is the fitted sources' rates: "2.8/s" or "2.1-3.4/s".

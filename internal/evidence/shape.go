@@ -209,38 +209,51 @@ func rateFell(a Arrivals, p, d float64) string {
 // fallFactor times the longest gap (a sudden fall of the rate, which no
 // earlier gap foretells, up to that factor) and a third of the span
 // watched (spanFactor: one burst seen is not a source's shape).
-func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
+func shape(a Arrivals, k, m, d, n, target, eps float64) (_ float64, by, why string) {
 	if !shapeCheck {
-		return n, ""
+		return n, "", ""
 	}
 	if a.Gaps == nil {
-		return 0, "its agent does not count its gaps (an older version)"
+		return 0, "", "its agent does not count its gaps (an older version)"
 	}
 	if why := rateFell(a, k/m, d); why != "" {
-		return 0, why
+		return 0, "", why
 	}
 	longest := math.Round(a.MaxGap.Seconds() / d)
 	if why := irregular(a.Gaps, longest, k, m); why != "" {
-		return 0, why
+		return 0, "", why
 	}
 	maxN := math.Ceil(maxQuiet.Seconds() / d)
 	g, why := gapBound(a.Gaps, longest, target, maxN)
 	if why != "" {
-		return 0, why
+		return 0, "", why
+	}
+	if g > n {
+		n, by = g, "its long gaps"
 	}
 	span := a.Last[0].Sub(a.First).Seconds()
-	fall := fallFactor * fallGap(a, longest, k, m, span, d)
-	n = min(recentBound(a, k/m, max(n, g, fall)), maxN)
+	gap, pace := fallGap(a, longest, k, m, span, d)
+	if fall := fallFactor * gap; fall > n {
+		what := "longest gap"
+		if pace {
+			what = "pace"
+		}
+		n, by = fall, fmt.Sprintf("%d × its %s (%s)", fallFactor, what, time.Duration(gap*d*float64(time.Second)).Round(10*time.Millisecond))
+	}
+	if r := recentBound(a, k/m, n); r > n {
+		n, by = r, byRecent
+	}
+	n = min(n, maxN)
 	// A source seen for a moment (one burst) has not shown how long it
 	// pauses: its silence must be short against how long it was watched.
 	if span < spanFor(eps)*(n+1)*d {
 		pause := time.Duration((n + 1) * d * float64(time.Second))
 		if pause > longPause {
-			return 0, fmt.Sprintf("watched for %.1fs, its gaps make pauses of over %s plausible: too bursty to tell a pause from a stop", span, longPause)
+			return 0, "", fmt.Sprintf("watched for %.1fs, its gaps make pauses of over %s plausible: too bursty to tell a pause from a stop", span, longPause)
 		}
-		return 0, fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span, pause.Round(100*time.Millisecond))
+		return 0, "", fmt.Sprintf("watched for %.1fs, too short to tell a pause of %s from a stop", span, pause.Round(100*time.Millisecond))
 	}
-	return n, ""
+	return n, by, ""
 }
 
 // fallGap is the gap (in looks) the sudden-fall floor multiplies: the
@@ -263,9 +276,9 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (float64, string) {
 // within a factor of 2 of the longest, so that gapBound fitted them) was
 // tried: from the hook on, the catalogue's chained bursts then closed
 // falsely 5 times in 5,000 drains at ε = 10⁻³.
-func fallGap(a Arrivals, longest, k, m, span, d float64) float64 {
+func fallGap(a Arrivals, longest, k, m, span, d float64) (gap float64, pace bool) {
 	if span < paceWatch.Seconds() || k <= 0 || a.Looks.N <= 0 {
-		return longest
+		return longest, false
 	}
 	// Only a source shown to spread its arrivals, beyond doubt: an empty
 	// look followed by another less often than random arrivals' would be
@@ -279,13 +292,13 @@ func fallGap(a Arrivals, longest, k, m, span, d float64) float64 {
 	_, c := transitions(k, m, a.Looks.Pauses)
 	sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1))
 	if q := (m - k) / m; c.mean()+spreadZ*sd >= q {
-		return longest
+		return longest, false
 	}
-	pace := m / k
+	gap = m / k
 	if pr, _, ok := recentShare(a); ok && pr > 0 {
-		pace = max(pace, 1/pr)
+		gap = max(gap, 1/pr)
 	}
-	return pace
+	return gap, true
 }
 
 // spanFor is the span rule's factor at ε: spanFactor, and more below

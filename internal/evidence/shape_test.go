@@ -16,15 +16,16 @@ func TestFallGap(t *testing.T) {
 		span   float64 // seconds watched
 		pauses int     // runs of empty looks among the 300 empty ones
 		want   float64
+		pace   bool
 	}{
-		{"two minutes, spread arrivals", 120, 250, m / k},
-		{"40 seconds", 40, 250, 5},
-		{"empty looks in runs as random arrivals'", 120, 190, 5},
+		{"two minutes, spread arrivals", 120, 250, m / k, true},
+		{"40 seconds", 40, 250, 5, false},
+		{"empty looks in runs as random arrivals'", 120, 190, 5, false},
 	} {
 		a := Arrivals{Looks: Looks{N: int(m), Pauses: c.pauses},
 			Gaps: []api.GapBin{{N: 446}, {N: 250, Sum: 500}, {N: 3, Sum: 15}}}
-		if got := fallGap(a, 5, k, m, c.span, 0.1); got != c.want {
-			t.Errorf("%s: %.2f looks, want %.2f", c.name, got, c.want)
+		if got, pace := fallGap(a, 5, k, m, c.span, 0.1); got != c.want || pace != c.pace {
+			t.Errorf("%s: %.2f looks (pace %v), want %.2f (pace %v)", c.name, got, pace, c.want, c.pace)
 		}
 	}
 }
