@@ -925,3 +925,46 @@ func TestFallFloorWeighsThePaceOverMinutes(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowdownHoldsTheModelsNotTheFloor: a round-robin source whose pace
+// slowed by a fifth lately (a new target joined the load balancer's
+// rotation) gets the models' bound at its latest arrivals' rate, but its
+// sudden-fall floor stays 8 times its longest gap: that gap is already at
+// least the latest arrivals', and scaling the floor again would hold the
+// source for a fall of 10 times its pace.
+func TestSlowdownHoldsTheModelsNotTheFloor(t *testing.T) {
+	const tail = 8 * time.Second
+	const every = 100 * time.Millisecond
+	outSince := t0.Add(30 * time.Second) // a watch under a minute: the floor weighs the longest gap
+	slower := outSince.Add(-3 * time.Second)
+	var quiet []time.Duration
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(61, seed))
+		rate := func(t time.Time) float64 {
+			if t.Before(slower) {
+				return 7
+			}
+			return 5.6
+		}
+		s := current(et.RegularVarying(rng, "10.0.0.1", rate, 0.3, t0.Add(-time.Minute), outSince.Add(time.Second)))
+		a := et.At(outSince.Add(time.Second), 0, nil, s).Sources[0].Arrivals
+		f := evidence.FitArrivals(a, tail, evidence.DefaultEpsilon)
+		if !f.OK || f.Unfit != "" {
+			t.Fatalf("seed %d: not fitted: %+v", seed, f)
+		}
+		longest := a.MaxGap.Round(every)
+		if strings.HasPrefix(f.By, "8 × its longest gap") {
+			if want := 8*longest + every; f.Quiet != want {
+				t.Errorf("seed %d: bound %s set by %s, want 8 × %s + one look", seed, f.Quiet, f.By, longest)
+			}
+			quiet = append(quiet, f.Quiet)
+			continue
+		}
+		if f.Quiet < 8*longest+every {
+			t.Errorf("seed %d: bound %s (%s) under the floor of 8 × its longest gap %s", seed, f.Quiet, f.By, longest)
+		}
+	}
+	if len(quiet) < 10 {
+		t.Errorf("the floor set %d of 20 bounds, want most: the slowdown scaled it", len(quiet))
+	}
+}

@@ -231,6 +231,14 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (_ float64, by, why stri
 	if g > n {
 		n, by = g, "its long gaps"
 	}
+	// The models and the long gaps at the latest arrivals' rate, when it
+	// is lower; not the sudden-fall floor, whose gap is already at least
+	// the latest arrivals' (their mean gap is no longer than the longest,
+	// and the pace takes it): scaled again, a slowdown of a fifth would
+	// hold a source for a fall of 10 times its latest pace, not 8.
+	if r := recentBound(a, k/m, n); r > n {
+		n, by = r, byRecent
+	}
 	span := a.Last[0].Sub(a.First).Seconds()
 	gap, pace := fallGap(a, longest, k, m, span, d)
 	if fall := fallFactor * gap; fall > n {
@@ -239,9 +247,6 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (_ float64, by, why stri
 			what = "pace"
 		}
 		n, by = fall, fmt.Sprintf("%d × its %s (%s)", fallFactor, what, time.Duration(gap*d*float64(time.Second)).Round(10*time.Millisecond))
-	}
-	if r := recentBound(a, k/m, n); r > n {
-		n, by = r, byRecent
 	}
 	n = min(n, maxN)
 	// A source seen for a moment (one burst) has not shown how long it
