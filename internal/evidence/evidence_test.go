@@ -968,3 +968,29 @@ func TestSlowdownHoldsTheModelsNotTheFloor(t *testing.T) {
 		t.Errorf("the floor set %d of 20 bounds, want most: the slowdown scaled it", len(quiet))
 	}
 }
+
+// TestUntrustedSourceHeldByTheFallFloor: a source of random arrivals (not
+// trusted to close a route early) whose rate falls from 10/s to one
+// arrival every 2.5 s just before the tail's end, and which goes on
+// sending past it (a load balancer slower than its tail), is held past
+// its first slow gap: at least 8 times its longest gap after its latest
+// arrival, as a trusted source would be, not only the models' bound (about
+// 1.5 s at 10/s), which took the slow gap for a stop.
+func TestUntrustedSourceHeldByTheFallFloor(t *testing.T) {
+	const tail = 8 * time.Second
+	outSince := t0.Add(2 * time.Minute)
+	tailEnd := outSince.Add(tail)
+	for seed := range uint64(10) {
+		rng := rand.New(rand.NewPCG(71, seed))
+		raw := et.Poisson(rng, "10.0.0.1", 10, t0.Add(-time.Minute), tailEnd.Add(-300*time.Millisecond))
+		for i := 1; i <= 4; i++ {
+			raw.Times = append(raw.Times, tailEnd.Add(-300*time.Millisecond+time.Duration(i)*2500*time.Millisecond))
+		}
+		s := current(raw)
+		at, cl := closeTime(tgOut(tail, outSince), outSince, tailEnd.Add(2*tail), 100*time.Millisecond, evidence.DefaultEpsilon, nil, s)
+		if !at.IsZero() && at.Before(et.Last(s)) {
+			t.Errorf("seed %d: closed at %s past the tail's end, before the source's last arrival (%s past it): %s",
+				seed, at.Sub(tailEnd), et.Last(s).Sub(tailEnd), cl.Detail)
+		}
+	}
+}

@@ -331,7 +331,13 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			// source that sends, up to a tail after its latest arrival:
 			// a bursty source's bound can run to hours, and the tail is
 			// what the load balancer promises once it stops sending.
-			se = later(se, last.Add(min(f.Quiet, tail)))
+			// At least the sudden-fall floor too (fallFactor times its
+			// longest gap), as for a trusted source: a source still
+			// sending at the tail's end whose rate falls then is no
+			// rarer for being untrusted (the catalogue's rate stepping
+			// from 10/s to 1.5/s, half a tail past its end: 3 % false
+			// quiets on the models' bound alone).
+			se = later(se, last.Add(min(max(f.Quiet, fallFactor*a.MaxGap), tail)))
 		}
 		if !trusted && last.After(r.OutSince) {
 			// A source with no bound that sent after the route went out
