@@ -935,7 +935,7 @@ func TestFallFloorWeighsThePaceOverMinutes(t *testing.T) {
 func TestSlowdownHoldsTheModelsNotTheFloor(t *testing.T) {
 	const tail = 8 * time.Second
 	const every = 100 * time.Millisecond
-	outSince := t0.Add(30 * time.Second) // a watch under a minute: the floor weighs the longest gap
+	outSince := t0.Add(20 * time.Second) // a watch under paceWatch: the floor weighs the longest gap
 	slower := outSince.Add(-3 * time.Second)
 	var quiet []time.Duration
 	for seed := range uint64(20) {

@@ -19,7 +19,8 @@ func TestFallGap(t *testing.T) {
 		pace   bool
 	}{
 		{"two minutes, spread arrivals", 120, 250, m / k, true},
-		{"40 seconds", 40, 250, 5, false},
+		{"45 seconds", 45, 250, m / k, true},
+		{"20 seconds", 20, 250, 5, false},
 		{"empty looks in runs as random arrivals'", 120, 190, 5, false},
 	} {
 		a := Arrivals{Looks: Looks{N: int(m), Pauses: c.pauses},
