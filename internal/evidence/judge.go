@@ -152,8 +152,16 @@ func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail t
 	if j.conns {
 		arrivals, nothing, none = "new connections", "no new connection having opened on its ports", "no new connection on its ports"
 	}
-	quiet := fmt.Sprintf("quiet %s after %d %s from %s (%d fitted at %s, bound %s%s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
-		j.arrived, arrivals, api.CountNoun(j.sources, "source"), j.fitted, j.rates(), j.bound.Round(100*time.Millisecond), j.boundWhy())
+	fit := fmt.Sprintf("%d fitted at %s, bound %s%s", j.fitted, j.rates(), j.bound.Round(100*time.Millisecond), j.boundWhy())
+	if j.fitted == 0 {
+		// Each held by its own gaps or a tail after it (weigh).
+		fit = "none trusted"
+		if j.untrusted != "" {
+			fit += "; " + j.untrusted
+		}
+	}
+	quiet := fmt.Sprintf("quiet %s after %d %s from %s (%s)", now.Sub(j.lastArrival).Round(100*time.Millisecond),
+		j.arrived, arrivals, api.CountNoun(j.sources, "source"), fit)
 	by = api.ClosedByTail
 	switch {
 	case j.closeAt.Before(end):
