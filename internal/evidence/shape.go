@@ -202,8 +202,8 @@ func rateFell(a Arrivals, p, d float64) string {
 
 // shape applies the shape check to sampled arrivals with looks counted
 // (k with data of m, looks of d seconds) and the bound n (looks) the
-// models gave: the longer bound the gaps need, or why the source gives no
-// early close. target is the chance the bound must bring a false quiet
+// models gave: the longer bound the gaps need and what set it ("" for the
+// models), or why the source gives no early close. target is the chance the bound must bring a false quiet
 // under. In order: the rate must not have fallen while watched (rateFell),
 // the gaps must be more regular than random arrivals' (irregular) and
 // bounded by their long ones (gapBound); the bound is then at least
@@ -275,10 +275,10 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (_ float64, by, why stri
 // gaps) on their own, the longest among them checked against the others.
 // What is left for the floor is a fall of the pace itself, after the
 // latest arrival, which no gap foretells. And the longest gap of a long
-// watch is no pace: a regular
-// source's is now and then a stall (everything upstream paused a few
-// hundred milliseconds, its requests then came together), and 8 times it
-// made every bound 2-4 s where the models and the long gaps gave about one.
+// watch is no pace: a regular source's is now and then a stall (everything
+// upstream paused a few hundred milliseconds, its requests then came
+// together), and 8 times it made every bound 2-4 s where the models and
+// the long gaps gave about one.
 // A count of long gaps instead of a watch's length (at least minLongGaps of
 // them within a factor of 2 of the longest, so that gapBound fitted them)
 // was tried: from the hook on, the catalogue's chained bursts then closed
