@@ -95,7 +95,7 @@ func threeNodes(name string, gen func(rng *rand.Rand, addr string, from, stop ti
 // lateNodes is threeNodes with a load balancer slower than its tail: each
 // node learns at its own time within one and a half tails (uniform), a
 // third of them past the tail's end, where the evidence alone holds the
-// route (Fit.PastTail).
+// route.
 func lateNodes(name string, gen func(rng *rand.Rand, addr string, from, stop time.Time) et.Stream) drainShape {
 	return drainShape{name, "", func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
 		var ss []et.Stream
@@ -154,9 +154,9 @@ func step(name string, gen func(rng *rand.Rand, rate func(time.Time) float64, fr
 	return stepUntil(name, "", gen, high, 0)
 }
 
-// stepUntil is step with a node that sends past the tail's end, for over
-// more of a tail (a load balancer slower than its tail), its rate falling
-// at a moment up to its stop.
+// stepUntil is step with a node that sends over × a tail past the tail's
+// end (a load balancer slower than its tail), its rate falling at a moment
+// up to its stop; open as drainShape's.
 func stepUntil(name, open string, gen func(rng *rand.Rand, rate func(time.Time) float64, from, stop time.Time) et.Stream, high float64, over float64) drainShape {
 	return drainShape{name, open, func(rng *rand.Rand, start, out, end time.Time) ([]et.Stream, evidence.Senders) {
 		end = end.Add(time.Duration(over * float64(end.Sub(out))))

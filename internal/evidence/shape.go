@@ -203,8 +203,8 @@ func rateFell(a Arrivals, p, d float64) string {
 // shape applies the shape check to sampled arrivals with looks counted
 // (k with data of m, looks of d seconds) and the bound n (looks) the
 // models gave: the longer bound the gaps need and what set it ("" for the
-// models), or why the source gives no early close. target is the chance the bound must bring a false quiet
-// under. In order: the rate must not have fallen while watched (rateFell),
+// models), or why the source gives no early close. target is the chance
+// the bound must bring a false quiet under. In order: the rate must not have fallen while watched (rateFell),
 // the gaps must be more regular than random arrivals' (irregular) and
 // bounded by their long ones (gapBound); the bound is then at least
 // fallFactor times the longest gap (a sudden fall of the rate, which no
