@@ -204,12 +204,14 @@ func rateFell(a Arrivals, p, d float64) string {
 // (k with data of m, looks of d seconds) and the bound n (looks) the
 // models gave: the longer bound the gaps need and what set it ("" for the
 // models), or why the source gives no early close. target is the chance
-// the bound must bring a false quiet under. In order: the rate must not have fallen while watched (rateFell),
-// the gaps must be more regular than random arrivals' (irregular) and
-// bounded by their long ones (gapBound); the bound is then at least
-// fallFactor times the longest gap (a sudden fall of the rate, which no
-// earlier gap foretells, up to that factor) and a third of the span
-// watched (spanFactor: one burst seen is not a source's shape).
+// the bound must bring a false quiet under. In order: the rate must not
+// have fallen while watched (rateFell), the gaps must be more regular than
+// random arrivals' (irregular) and bounded by their long ones (gapBound),
+// that bound scaled to the latest arrivals' rate (recentBound); it is then
+// at least fallFactor times the longest gap or the pace (fallGap: a sudden
+// fall of the rate, which no earlier gap foretells, up to that factor),
+// and the span watched at least spanFor(ε) times it (one burst seen is not
+// a source's shape).
 func shape(a Arrivals, k, m, d, n, target, eps float64) (_ float64, by, why string) {
 	if !shapeCheck {
 		return n, "", ""
