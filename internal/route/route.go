@@ -179,6 +179,21 @@ type ServiceClaimer interface {
 	ClaimsService(ctx context.Context, namespace, name string) (bool, error)
 }
 
+// NodeDrainer is what a kind that reads a load balancer's settings
+// (targetgroup: an instance target group's health checks) offers the kind
+// that follows EndpointSlices: how long the load balancer may still send
+// through a node whose last ready endpoint of a Service with an external
+// traffic policy of Local went (its health checks of the node take it
+// out, then its data plane stops sending).
+type NodeDrainer interface {
+	// NodeDrain is the longest drain of the load balancers in front of
+	// the Service namespace/name that the kind can read, and a phrase
+	// naming it for the route's detail. complete is false when one of
+	// them is not read yet, or none is known: the caller then keeps its
+	// own default as a floor.
+	NodeDrain(ctx context.Context, namespace, name string) (d time.Duration, why string, complete bool)
+}
+
 // LeftLister is what the kind that follows EndpointSlices offers kinds
 // whose routes outlast a pod's endpoint (external): which Services the
 // pod's endpoint left, and when.
@@ -198,6 +213,11 @@ type Endpoint struct {
 	// which the EndpointSlice controller copies); "" when not set.
 	Zone string
 }
+
+// Covered is the tail the agent's default max-wait is sized for (an
+// ALB's 20 s, after the controller's deregistration lag): a kind whose
+// route may need longer asks admission for the rest (AdmissionWait).
+const Covered = 20 * time.Second
 
 // AnnotatedTail is the tail a Service's annotation key sets (a Go
 // duration), else def. An annotation that is not a duration, or is

@@ -937,8 +937,74 @@ func TestLocalPolicyNodeDrain(t *testing.T) {
 	defer cancel()
 	f := newFixture(t, ctx)
 	const drain = 40 * time.Second
+	lb, _ := localPolicyRoute(t, ctx, f, map[string]string{"draingate.dev/local-policy-tail": drain.String()}, func(api.Route) bool { return true })
+	if got := lb.TailEnds.Sub(lb.Since); got != drain || !strings.Contains(lb.Detail, "Local-policy node drain") {
+		t.Errorf("route: tail %s (%s); want the Service's %s", got, lb.Detail, drain)
+	}
+}
+
+// TestLocalPolicyNodeDrainFromTargetGroup: as TestLocalPolicyNodeDrain,
+// with an AWS instance target group in front of the Service (a
+// TargetGroupBinding of targetType instance) and no annotation: the floor
+// is the group's own drain of a node, its health checks (10 s × 3) then
+// the ALB tail (20 s), not the 60 s default (fails on the default).
+func TestLocalPolicyNodeDrainFromTargetGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	arn, err := f.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "nodes", LoadBalancerType: elbv2sim.Application, Port: 30080,
+		TargetType: "instance", HealthCheckInterval: 10 * time.Second, UnhealthyThreshold: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(f.c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lbc.Binding{Namespace: f.ns, Name: "nodes", TargetGroupARN: arn, TargetType: "instance", ServiceName: "lb", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const want = 30*time.Second + 20*time.Second
+	lb, r := localPolicyRoute(t, ctx, f, nil, func(r api.Route) bool { return r.TailEnds.Sub(r.Since) == want })
+	if !strings.Contains(lb.Detail, "health checks") || !strings.Contains(lb.Detail, arn) {
+		t.Errorf("route: %s; want it to name group %s's health checks", lb.Detail, arn)
+	}
+
+	// Admission: a pod that a Local-policy Service bound to the group
+	// selects gets the drain beyond what the default max-wait covers
+	// (the ALB tail, 20 s): 30 s more.
+	sel := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb-selected"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := f.c.Client.CoreV1().Services(f.ns).Create(ctx, sel, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b = lbc.Binding{Namespace: f.ns, Name: "nodes-selected", TargetGroupARN: arn, TargetType: "instance", ServiceName: "lb-selected", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
+	waitFor(t, ctx, "admission adding the group's drain beyond the ALB tail", func() bool {
+		extra, why, err := r.srv.admissionWait(ctx, newPod)
+		return err == nil && extra == want-20*time.Second && strings.Contains(why, "lb-selected") && strings.Contains(why, "health checks")
+	})
+}
+
+// localPolicyRoute creates the Service lb (type LoadBalancer, Local
+// policy, the annotations given) with a hand-written slice listing the
+// fixture's pod, the last ready endpoint on its node, and a ready one
+// elsewhere; deletes the pod and marks its endpoint terminating but
+// serving, as the EndpointSlice controller does; and returns the route
+// once it is terminating-serving with its tail started and done says it
+// is as expected (the test fails at ctx's end otherwise), and the server.
+// The pod is held throughout.
+func localPolicyRoute(t *testing.T, ctx context.Context, f *fixture, annotations map[string]string, done func(api.Route) bool) (api.Route, *running) {
+	t.Helper()
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "lb", Annotations: map[string]string{"draingate.dev/local-policy-tail": drain.String()}},
+		ObjectMeta: metav1.ObjectMeta{Name: "lb", Annotations: annotations},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
@@ -966,8 +1032,6 @@ func TestLocalPolicyNodeDrain(t *testing.T) {
 	}
 	r := f.serveWith(ctx, Options{}, "--tail-endpointslice=1s")
 	f.deletePod(ctx)
-	// What the EndpointSlice controller does for a selector's slices:
-	// the terminating pod's endpoint is not ready, still serving.
 	next := slice(false)
 	next.ResourceVersion = sl.ResourceVersion
 	if _, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
@@ -975,16 +1039,17 @@ func TestLocalPolicyNodeDrain(t *testing.T) {
 	}
 	name := "endpointslice " + f.ns + "/lb"
 	var v api.Verdict
-	waitFor(t, ctx, "the Local-policy route terminating-serving, its tail started", func() bool {
+	waitFor(t, ctx, "the Local-policy route terminating-serving, its tail started and as expected", func() bool {
 		v = f.ask(ctx, r, 0)
 		lb := routeStates(v)[name]
-		return lb.State == "terminating-serving" && lb.TailEnds != nil
+		return lb.State == "terminating-serving" && lb.TailEnds != nil && done(lb)
 	})
 	lb := routeStates(v)[name]
-	if got := lb.TailEnds.Sub(lb.Since); got != drain || !strings.Contains(lb.Detail, "Local-policy node drain") || v.Released {
-		t.Errorf("route %s: tail %s (%s), released %v; want the Service's %s, the pod held", name, got, lb.Detail, v.Released, drain)
+	if v.Released {
+		t.Errorf("released while route %s holds (%s)", name, lb.Detail)
 	}
 	t.Logf("%s: %s", name, lb.Detail)
+	return lb, r
 }
 
 // TestExternalRoute on the real cluster: with target groups off, a Service

@@ -22,17 +22,44 @@ const (
 )
 
 // groupInfo is what DescribeTargetGroups says of a group that matters
-// here, read once (a target group's load balancer never changes): its load
-// balancer's type, the load balancers in front of it (whose nodes send its
-// traffic), its VPC (theirs too) and whether its targets are IPv6
-// addresses (the nodes then send from their IPv6 addresses, else from
-// their IPv4 ones).
+// here: its load balancer's type, the load balancers in front of it (whose
+// nodes send its traffic), its VPC (theirs too) and whether its targets
+// are IPv6 addresses (the nodes then send from their IPv6 addresses, else
+// from their IPv4 ones), read once (a target group's load balancer never
+// changes); and its health checks, which may change (ModifyTargetGroup),
+// so that LearnType reads them again once older than infoRefresh.
 type groupInfo struct {
 	lbType string
 	lbARNs []string
 	vpcID  string
 	ipv6   bool
+	health HealthCheck
+	at     time.Time // when read
 }
+
+// HealthCheck is a target group's health-check schedule, as
+// DescribeTargetGroups gives it: how often each load balancer node checks
+// a target, and after how many failures in a row the target is unhealthy.
+type HealthCheck struct {
+	Enabled            bool
+	Interval           time.Duration
+	UnhealthyThreshold int
+}
+
+// Unhealthy is how long a target that starts failing its checks may stay
+// in service by them: Interval × UnhealthyThreshold (zero when checks are
+// off).
+func (h HealthCheck) Unhealthy() time.Duration {
+	if !h.Enabled {
+		return 0
+	}
+	return h.Interval * time.Duration(h.UnhealthyThreshold)
+}
+
+// infoRefresh is how old what DescribeTargetGroups said of a group may get
+// before LearnType reads it again (for its health checks: the rest never
+// changes).
+const infoRefresh = 10 * time.Minute
 
 // readType makes sure g's observations carry its load balancer's type:
 // from memory, or with one DescribeTargetGroups call from the budget,
@@ -77,10 +104,25 @@ func (p *Poller) TypeOf(arn string) (string, bool) {
 	return info.lbType, ok
 }
 
-// LearnType reads the type of the load balancer in front of arn in the
-// background, with one DescribeTargetGroups call from the budget, unless
-// the type is known, a read is queued or in flight, or one failed less than
-// a minute ago. It never blocks: a caller that sizes something from the type
+// GroupOf returns the type of the load balancer in front of arn and the
+// group's health checks, if the poller has read them; it asks LearnType to
+// read them when they are unknown or older than infoRefresh (the answer is
+// then the last read, if any).
+func (p *Poller) GroupOf(arn string) (lbType string, health HealthCheck, ok bool) {
+	p.mu.Lock()
+	info, ok := p.infos[arn]
+	p.mu.Unlock()
+	if !ok || time.Since(info.at) >= infoRefresh {
+		p.LearnType(arn)
+	}
+	return info.lbType, info.health, ok
+}
+
+// LearnType reads the type of the load balancer in front of arn (and the
+// group's health checks) in the background, with one DescribeTargetGroups
+// call from the budget, unless they were read less than infoRefresh ago, a
+// read is queued or in flight, or one failed less than a minute ago (what
+// was read before stays known meanwhile). It never blocks: a caller that sizes something from the type
 // (the injection webhook, for a pod whose group nobody polled yet) uses its
 // default now and the type from then on. One read at a time, in the order
 // asked, so that many new groups (a server starting in a large cluster)
@@ -89,7 +131,7 @@ func (p *Poller) TypeOf(arn string) (string, bool) {
 func (p *Poller) LearnType(arn string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.infos[arn]; ok || p.closed {
+	if info, ok := p.infos[arn]; (ok && time.Since(info.at) < infoRefresh) || p.closed {
 		return
 	}
 	if retry, ok := p.learning[arn]; ok && (retry.IsZero() || time.Now().Before(retry)) {
@@ -132,7 +174,7 @@ func (p *Poller) learn() {
 }
 
 // describeGroup reads the type of the load balancer in front of arn, the
-// load balancers and the VPC.
+// load balancers, the VPC and the group's health checks.
 func (p *Poller) describeGroup(ctx context.Context, arn string) (groupInfo, error) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -155,7 +197,10 @@ func (p *Poller) describeGroup(ctx context.Context, arn string) (groupInfo, erro
 		return groupInfo{}, fmt.Errorf("target group %s has no load balancer whose type draingate can tell (protocol %q)", arn, tg.Protocol)
 	}
 	return groupInfo{lbType: t, lbARNs: tg.LoadBalancerArns, vpcID: aws.ToString(tg.VpcId),
-		ipv6: tg.IpAddressType == types.TargetGroupIpAddressTypeEnumIpv6}, nil
+		ipv6: tg.IpAddressType == types.TargetGroupIpAddressTypeEnumIpv6, at: time.Now(),
+		health: HealthCheck{Enabled: aws.ToBool(tg.HealthCheckEnabled),
+			Interval:           time.Duration(aws.ToInt32(tg.HealthCheckIntervalSeconds)) * time.Second,
+			UnhealthyThreshold: int(aws.ToInt32(tg.UnhealthyThresholdCount))}}, nil
 }
 
 // typeOf reads a load balancer type from its ARN

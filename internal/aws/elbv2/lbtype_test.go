@@ -45,6 +45,43 @@ func TestLoadBalancerType(t *testing.T) {
 	}
 }
 
+// GroupOf reads a group's health checks (for an instance group under a
+// Local policy, how long its load balancer takes to drain a node) with its
+// type, through the SDK from the emulator: unknown at first, asked for,
+// then known, from one DescribeTargetGroups call.
+func TestGroupHealthChecks(t *testing.T) {
+	b := newBench(t)
+	var res results
+	p := New(b.client, Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, Metrics: res.hook})
+	defer p.Close()
+	arn, err := b.sim.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "nodes", LoadBalancerType: elbv2sim.Network, Port: 30080,
+		TargetType: "instance", HealthCheckInterval: 10 * time.Second, UnhealthyThreshold: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := p.GroupOf(arn); ok {
+		t.Fatal("a group never read is known")
+	}
+	var (
+		lbType string
+		hc     HealthCheck
+		ok     bool
+	)
+	waitFor(t, "the group read", func() bool { lbType, hc, ok = p.GroupOf(arn); return ok })
+	want := HealthCheck{Enabled: true, Interval: 10 * time.Second, UnhealthyThreshold: 3}
+	if lbType != TypeNetwork || hc != want || hc.Unhealthy() != 30*time.Second {
+		t.Errorf("type %q, health checks %+v (unhealthy after %s); want %q, %+v, 30s", lbType, hc, hc.Unhealthy(), TypeNetwork, want)
+	}
+	for range 3 {
+		p.GroupOf(arn) // fresh: no new read
+	}
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if n := res.n[DescribeTargetGroupsAction+" ok"]; n != 1 {
+		t.Errorf("%d DescribeTargetGroups calls, want 1: %v", n, res.n)
+	}
+}
+
 // A group whose type cannot be read still gets its listings, and says why
 // its type is unknown.
 func TestLoadBalancerTypeUnknown(t *testing.T) {

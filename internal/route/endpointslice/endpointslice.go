@@ -81,8 +81,11 @@ type Source struct {
 	// localTail is DefaultLocalTail's setting (--tail-local-policy).
 	localTail time.Duration
 	cache     cache.Cache
-	synced    atomic.Bool
-	now       func() time.Time
+	// drainer reads the drain of the load balancers in front of a Local
+	// policy's Service, where a kind can (set by Start; nil: none can).
+	drainer route.NodeDrainer
+	synced  atomic.Bool
+	now     func() time.Time
 
 	// left remembers, a tail long, the routes endpoints left: a pod taken
 	// off a Service (a selector flip) and deleted within the tail finds no
@@ -158,6 +161,9 @@ func (s *Source) Transform(obj any) (any, bool) {
 func (s *Source) Start(ctx context.Context, h route.Host) error {
 	c, changed := h.Cache, h.Changed
 	s.cache = c
+	if d, ok := route.Peer[route.NodeDrainer](h.Sources); ok {
+		s.drainer = d
+	}
 	if err := c.IndexField(ctx, &discoveryv1.EndpointSlice{}, addressIndex, addresses); err != nil {
 		return fmt.Errorf("index EndpointSlices: %w", err)
 	}
@@ -208,9 +214,32 @@ func (s *Source) Forget(route.PodKey) {}
 func (s *Source) Drop(route.PodKey) {}
 
 // AdmissionWait implements route.Source: the EndpointSlice tail is within
-// every pod's max-wait.
-func (s *Source) AdmissionWait(context.Context, *corev1.Pod) (time.Duration, string, error) {
-	return 0, "", nil
+// every pod's max-wait; a load balancer's drain of the pod's node (the
+// Services that select the pod with an external traffic policy of Local,
+// NodeDrain) may need longer than the default max-wait covers
+// (route.Covered), and asks for the rest. A cache error answers the
+// default drain's extra and says why.
+func (s *Source) AdmissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
+	if s.cache == nil {
+		return 0, "", nil
+	}
+	var list corev1.ServiceList
+	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return max(s.localTail-route.Covered, 0), fmt.Sprintf("the Local-policy node drain (%s)", s.localTail), fmt.Errorf("list Services from the cache: %w", err)
+	}
+	var longest time.Duration
+	var why string
+	for i := range list.Items {
+		svc := &list.Items[i]
+		sel := svc.Spec.Selector
+		if len(sel) == 0 || !externalLocal(svc) || !labels.SelectorFromSet(sel).Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		if d, w := NodeDrain(svc, s.localTail, s.lbDrain(ctx, svc)); d > longest {
+			longest, why = d, fmt.Sprintf("the Local-policy node drain (%s%s) of Service %s/%s", d, w, svc.Namespace, svc.Name)
+		}
+	}
+	return max(longest-route.Covered, 0), why, nil
 }
 
 // Close implements route.Source: the informers stop with the server's
@@ -432,7 +461,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 		o := Judge(e, present, fallback && !nodeOnly)
 		o.Name, o.Tail = name, s.tail
 		if nodeOnly {
-			o = NodeOnly(o, svc, s.tail, s.localTail)
+			o = NodeOnly(o, svc, s.tail, s.localTail, s.lbDrain(ctx, svc))
 		}
 		out = append(out, o)
 	}
@@ -529,21 +558,71 @@ func externalLocal(svc *corev1.Service) bool {
 // node's kube-proxy still sends it the node's traffic, while it comes. The
 // route is out, and its pod's own traffic says when it stopped; the floor
 // is a load balancer's drain of the node when outside traffic comes
-// through it (externalLocal: LocalTail), else the EndpointSlice tail (an
-// internal Local policy: in-cluster clients on the node). Who sends
+// through it (externalLocal): what lb read of the load balancers' own
+// settings (an AWS instance target group's health checks and its type's
+// tail) where it read them all, else the longer of that and LocalTail; a
+// valid annotation is kept as a floor. Else (an internal Local policy:
+// in-cluster clients on the node) the EndpointSlice tail. Who sends
 // through the node (a load balancer's nodes, clients with their addresses
 // kept) cannot be listed: the evidence may lengthen the wait, never
 // shorten it.
-func NodeOnly(o gate.Observation, svc *corev1.Service, tail, localTail time.Duration) gate.Observation {
+func NodeOnly(o gate.Observation, svc *corev1.Service, tail, localTail time.Duration, lb LBDrain) gate.Observation {
 	o.State, o.Out, o.WeighTraffic = StateTerminatingServing, true, true
 	o.What = "the slice lists the pod's endpoint as terminating but serving, the last ready one on its node under the " +
 		"Service's Local traffic policy: kube-proxy there still sends it that node's traffic, until the traffic stops"
 	o.Senders = evidence.Senders{Why: "who sends through the node under a Local traffic policy cannot be listed"}
 	if svc != nil && externalLocal(svc) {
-		d, why := LocalTail(svc, localTail)
+		d, why := NodeDrain(svc, localTail, lb)
 		o.Tail, o.TailName = max(d, tail), "Local-policy node drain"+why
 	}
 	return o
+}
+
+// NodeDrain is how long a load balancer may still send through a node
+// whose last ready endpoint of svc (an external Local policy) went, and a
+// phrase saying where that comes from ("" for the default): lb, the load
+// balancers' own settings, where another kind read them all; else the
+// Service's LocalTailAnnotation or def, which lb may only lengthen. A valid
+// annotation stays a floor.
+func NodeDrain(svc *corev1.Service, def time.Duration, lb LBDrain) (time.Duration, string) {
+	d, why := LocalTail(svc, def)
+	if lb.D > d || (lb.Complete && lb.D > 0 && !annotated(svc)) {
+		d, why = lb.D, " ("+lb.Why+")"
+	}
+	return d, why
+}
+
+// LBDrain is how long the load balancers in front of a Service take to
+// drain a node under a Local policy, as a kind that reads their settings
+// says (route.NodeDrainer): D and Why for those it read, Complete when it
+// read all of them.
+type LBDrain struct {
+	D        time.Duration
+	Why      string
+	Complete bool
+}
+
+// lbDrain asks the kind that reads load balancers' settings, if any, how
+// long those in front of svc take to drain a node (zero when svc takes no
+// outside traffic under a Local policy).
+func (s *Source) lbDrain(ctx context.Context, svc *corev1.Service) LBDrain {
+	if s.drainer == nil || svc == nil || !externalLocal(svc) {
+		return LBDrain{}
+	}
+	var lb LBDrain
+	lb.D, lb.Why, lb.Complete = s.drainer.NodeDrain(ctx, svc.Namespace, svc.Name)
+	return lb
+}
+
+// annotated says that svc sets its Local-policy tail with a valid
+// LocalTailAnnotation.
+func annotated(svc *corev1.Service) bool {
+	v, ok := svc.Annotations[LocalTailAnnotation]
+	if !ok {
+		return false
+	}
+	d, err := time.ParseDuration(v)
+	return err == nil && d >= 0
 }
 
 // LocalTail is how long a load balancer may still send the traffic of a

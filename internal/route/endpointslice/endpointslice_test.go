@@ -176,9 +176,11 @@ func TestLeftRecently(t *testing.T) {
 // The last ready endpoint on its node under a Local policy: the route is
 // out and weighs the pod's traffic, whose senders cannot be listed (the
 // evidence only lengthens); behind a load balancer (an external Local
-// policy) its floor is the load balancer's drain of the node, the
-// Service's annotation or the default, never below the EndpointSlice
-// tail; for an internal Local policy (in-cluster clients on the node) the
+// policy) its floor is the load balancer's drain of the node: its own
+// settings where another kind read them all (an instance target group's
+// health checks), else the Service's annotation or the default, which
+// what was read may only lengthen; never below the EndpointSlice tail.
+// For an internal Local policy (in-cluster clients on the node) the
 // EndpointSlice tail.
 func TestNodeOnly(t *testing.T) {
 	const tail, local = 5 * time.Second, 60 * time.Second
@@ -192,22 +194,39 @@ func TestNodeOnly(t *testing.T) {
 	itp := corev1.ServiceInternalTrafficPolicyLocal
 	internal := svc(corev1.ServiceTypeClusterIP, "", "")
 	internal.Spec.InternalTrafficPolicy = &itp
+	lbLocal := svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "")
+	short := LBDrain{D: 30 * time.Second, Why: "health checks 5s × 2, then the ALB tail, 20s", Complete: true}
+	long := LBDrain{D: 320 * time.Second, Why: "health checks 10s × 2, then the NLB tail, 5m0s", Complete: true}
 	for _, c := range []struct {
 		name     string
 		svc      *corev1.Service
+		lb       LBDrain
 		tail     time.Duration
 		tailName string
 	}{
-		{"LoadBalancer, Local", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, ""), local, "Local-policy node drain"},
-		{"NodePort, Local", svc(corev1.ServiceTypeNodePort, corev1.ServiceExternalTrafficPolicyLocal, ""), local, "Local-policy node drain"},
-		{"annotated 15s", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "15s"), 15 * time.Second, "local-policy-tail"},
-		{"annotated below the slice tail", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "1s"), tail, "local-policy-tail"},
-		{"annotation not a duration", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "soon"), local, "not a duration"},
-		{"internal Local", internal, tail, "EndpointSlice"},
+		{"LoadBalancer, Local", lbLocal, LBDrain{}, local, "Local-policy node drain"},
+		{"NodePort, Local", svc(corev1.ServiceTypeNodePort, corev1.ServiceExternalTrafficPolicyLocal, ""), LBDrain{}, local, "Local-policy node drain"},
+		{"annotated 15s", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "15s"), LBDrain{}, 15 * time.Second, "local-policy-tail"},
+		{"annotated below the slice tail", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "1s"), LBDrain{}, tail, "local-policy-tail"},
+		{"annotation not a duration", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "soon"), LBDrain{}, local, "not a duration"},
+		{"internal Local", internal, LBDrain{}, tail, "EndpointSlice"},
+		// The load balancer's own settings, read, replace the default,
+		// shorter or longer.
+		{"group read, shorter than the default", lbLocal, short, short.D, "ALB tail"},
+		{"group read, longer than the default", lbLocal, long, long.D, "NLB tail"},
+		// A group not read yet (or one of several): the default stays a
+		// floor, what was read may lengthen it.
+		{"groups read in part, shorter", lbLocal, LBDrain{D: short.D, Why: short.Why}, local, "Local-policy node drain"},
+		{"groups read in part, longer", lbLocal, LBDrain{D: long.D, Why: long.Why}, long.D, "NLB tail"},
+		// An annotation is a floor the read settings only lengthen.
+		{"annotated 45s, group read shorter", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "45s"), short, 45 * time.Second, "local-policy-tail"},
+		{"annotated 45s, group read longer", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "45s"), long, long.D, "NLB tail"},
+		{"annotation not a duration, group read", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "soon"), short, short.D, "ALB tail"},
+		{"internal Local, group read", internal, long, tail, "EndpointSlice"},
 	} {
 		o := Judge(Endpoint{Service: "web", Terminating: true, Serving: true}, true, false)
 		o.Name, o.Tail = "shop/web", tail
-		o = NodeOnly(o, c.svc, tail, local)
+		o = NodeOnly(o, c.svc, tail, local, c.lb)
 		if !o.Out || !o.WeighTraffic || o.State != StateTerminatingServing || o.Tail != c.tail || !strings.Contains(o.TailName, c.tailName) {
 			t.Errorf("%s: out %t, weighs traffic %t, state %s, tail %s %q; want out, weighed, %s, tail %s naming %q",
 				c.name, o.Out, o.WeighTraffic, o.State, o.Tail, o.TailName, StateTerminatingServing, c.tail, c.tailName)

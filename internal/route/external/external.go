@@ -53,9 +53,9 @@ const TailAnnotation = "draingate.dev/external-tail"
 // kind: longer than any tail an annotation is likely to set.
 const leftMemory = 10 * time.Minute
 
-// covered is the tail the default max-wait is sized for (an ALB's 20 s):
-// a longer external tail asks admission for the rest (AdmissionWait).
-const covered = 20 * time.Second
+// covered is the tail the default max-wait is sized for: a longer
+// external tail asks admission for the rest (AdmissionWait).
+const covered = route.Covered
 
 // States of an external route.
 const (

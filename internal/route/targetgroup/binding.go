@@ -94,10 +94,11 @@ func (s *Source) watchCRD(ctx context.Context) {
 	}
 	if err == nil && s.cfg.Poller != nil {
 		// Learn each group's load balancer type as its binding appears, so
-		// that the injection webhook sizes the pods it creates from it.
+		// that the injection webhook sizes the pods it creates from it,
+		// and an instance group's health checks (NodeDrain).
 		learn := func(obj any) {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				if b := BindingFrom(u); b.TargetType != "instance" && b.ARN != "" {
+				if b := BindingFrom(u); b.ARN != "" {
 					s.cfg.Poller.LearnType(b.ARN)
 				}
 			}

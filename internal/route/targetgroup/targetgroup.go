@@ -343,8 +343,14 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 }
 
 // ipBindings are the namespace's TargetGroupBindings of `ip` targets that
-// name a group, from the cache.
+// name a group, from the cache (one without a targetType counts as `ip`).
 func (s *Source) ipBindings(ctx context.Context, namespace string) ([]Binding, error) {
+	return s.bindings(ctx, namespace, func(b Binding) bool { return b.TargetType != "instance" })
+}
+
+// bindings are the namespace's TargetGroupBindings that name a group and
+// that keep says to keep, from the cache.
+func (s *Source) bindings(ctx context.Context, namespace string, keep func(Binding) bool) ([]Binding, error) {
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(BindingGVK.GroupVersion().WithKind(BindingGVK.Kind + "List"))
 	if err := s.cache.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
@@ -352,7 +358,7 @@ func (s *Source) ipBindings(ctx context.Context, namespace string) ([]Binding, e
 	}
 	var out []Binding
 	for i := range list.Items {
-		if b := BindingFrom(&list.Items[i]); b.TargetType != "instance" && b.ARN != "" {
+		if b := BindingFrom(&list.Items[i]); b.ARN != "" && keep(b) {
 			out = append(out, b)
 		}
 	}
