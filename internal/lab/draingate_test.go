@@ -197,6 +197,13 @@ func TestTargetGroupCloses(t *testing.T) {
 	if want := (report.Closes{Tail: 1, Traffic: 1, Early: 1, Bound: 7500 * time.Millisecond, Rates: "2.1-3.4/s", Sources: 3, NodeArrivals: 12, Unknown: 5}); got != want {
 		t.Errorf("targetGroupCloses = %+v, want %+v", got, want)
 	}
+	// An NLB route weighs new connections, and says so.
+	nlb := "draingate-prestop: released after 2m5s: drained (routes: targetgroup/arn:n closed): released: all 1 routes closed (" +
+		"targetgroup/arn:n by quiet 25.6s after 414 new connections from 3 sources (none trusted; its gaps are no more regular than random arrivals'), " +
+		"4.4s past its tail's end, 67 arrivals from the node not counted, 1485 of unknown source (too short to see) not counted as a source)"
+	if got, want := targetGroupCloses(nlb), (report.Closes{Traffic: 1, Sources: 3, NodeArrivals: 67, Unknown: 1485}); got != want {
+		t.Errorf("NLB route: targetGroupCloses = %+v, want %+v", got, want)
+	}
 	if got := targetGroupCloses("draingate-prestop: released after 1s: no-routes (no routes): released: no route holds the pod"); got != (report.Closes{}) {
 		t.Errorf("no routes: %+v", got)
 	}

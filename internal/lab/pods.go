@@ -288,10 +288,10 @@ func (t *tracker) restartedAt(pod string) bool {
 // (internal/evidence: Closing.Why): "targetgroup/ARN by quiet 7.5s after 28
 // arrivals from 3 sources (3 fitted at 2.1-3.4/s, bound 7.1s), 10.4s before
 // its tail's end, 12 arrivals from the node not counted, 3 of unknown source
-// (too short to see) not counted as a source", or
-// "targetgroup/ARN by its ALB tail (20s)".
+// (too short to see) not counted as a source" (an NLB route counts "new
+// connections"), or "targetgroup/ARN by its ALB tail (20s)".
 var (
-	quietSources = regexp.MustCompile(`^\S+ by quiet \S+ after \d+ arrivals from (\d+) sources?`)
+	quietSources = regexp.MustCompile(`^\S+ by quiet \S+ after \d+ (?:arrivals|new connections) from (\d+) sources?`)
 	quietFit     = regexp.MustCompile(`fitted at ([^,]+), (?:longest quiet )?bound ([0-9.hmsµ]+)`)
 	fromNode     = regexp.MustCompile(`(\d+) arrivals from the node not counted`)
 	unknownSrc   = regexp.MustCompile(`(\d+) of unknown source`)

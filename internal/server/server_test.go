@@ -947,7 +947,7 @@ func TestLocalPolicyNodeDrain(t *testing.T) {
 // with an AWS instance target group in front of the Service (a
 // TargetGroupBinding of targetType instance) and no annotation: the floor
 // is the group's own drain of a node, its health checks (10 s × 3) then
-// the ALB tail (20 s), not the 60 s default (fails on the default).
+// the ALB tail (3 s here), not the 60 s default (fails on the default).
 func TestLocalPolicyNodeDrainFromTargetGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -965,7 +965,7 @@ func TestLocalPolicyNodeDrainFromTargetGroup(t *testing.T) {
 	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	const want = 30*time.Second + 20*time.Second
+	const want = 30*time.Second + 3*time.Second // the health checks, then testTails' ALB tail
 	lb, r := localPolicyRoute(t, ctx, f, nil, func(r api.Route) bool { return r.TailEnds.Sub(r.Since) == want })
 	if !strings.Contains(lb.Detail, "health checks") || !strings.Contains(lb.Detail, arn) {
 		t.Errorf("route: %s; want it to name group %s's health checks", lb.Detail, arn)
@@ -973,7 +973,7 @@ func TestLocalPolicyNodeDrainFromTargetGroup(t *testing.T) {
 
 	// Admission: a pod that a Local-policy Service bound to the group
 	// selects gets the drain beyond what the default max-wait covers
-	// (the ALB tail, 20 s): 30 s more.
+	// (an ALB's 20 s): 13 s more.
 	sel := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "lb-selected"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
