@@ -993,15 +993,40 @@ func TestLocalPolicyNodeDrainFromTargetGroup(t *testing.T) {
 	})
 }
 
+// TestLocalPolicyNodeDrainGroupNotRead: an instance group that cannot be
+// read (a binding to a group the emulator does not know) holds the route
+// for the tail of a load balancer of unknown type, the NLB's (90 s here),
+// longer than the 60 s default: not knowing never shortens the drain
+// (fails when an unread group leaves the default alone).
+func TestLocalPolicyNodeDrainGroupNotRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	dyn, err := dynamic.NewForConfig(f.c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/ghost-nodes/0123456789abcdef"
+	b := lbc.Binding{Namespace: f.ns, Name: "ghost-nodes", TargetGroupARN: ghost, TargetType: "instance", ServiceName: "lb", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const want = 90 * time.Second
+	lb, _ := localPolicyRoute(t, ctx, f, nil, func(r api.Route) bool { return r.TailEnds.Sub(r.Since) == want }, "--tail-nlb="+want.String())
+	if !strings.Contains(lb.Detail, "not read yet") || !strings.Contains(lb.Detail, ghost) {
+		t.Errorf("route: %s; want it to name group %s, not read yet", lb.Detail, ghost)
+	}
+}
+
 // localPolicyRoute creates the Service lb (type LoadBalancer, Local
 // policy, the annotations given) with a hand-written slice listing the
 // fixture's pod, the last ready endpoint on its node, and a ready one
 // elsewhere; deletes the pod and marks its endpoint terminating but
 // serving, as the EndpointSlice controller does; and returns the route
 // once it is terminating-serving with its tail started and done says it
-// is as expected (the test fails at ctx's end otherwise), and the server.
-// The pod is held throughout.
-func localPolicyRoute(t *testing.T, ctx context.Context, f *fixture, annotations map[string]string, done func(api.Route) bool) (api.Route, *running) {
+// is as expected (the test fails at ctx's end otherwise), and the server
+// (run with flags besides the fixture's). The pod is held throughout.
+func localPolicyRoute(t *testing.T, ctx context.Context, f *fixture, annotations map[string]string, done func(api.Route) bool, flags ...string) (api.Route, *running) {
 	t.Helper()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "lb", Annotations: annotations},
@@ -1030,7 +1055,7 @@ func localPolicyRoute(t *testing.T, ctx context.Context, f *fixture, annotations
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := f.serveWith(ctx, Options{}, "--tail-endpointslice=1s")
+	r := f.serveWith(ctx, Options{}, append([]string{"--tail-endpointslice=1s"}, flags...)...)
 	f.deletePod(ctx)
 	next := slice(false)
 	next.ResourceVersion = sl.ResourceVersion

@@ -17,10 +17,12 @@ import (
 // docs/facts.md, "AWS, Local policy, instance targets").
 //
 // complete is false when a group's settings are not read yet (the poller
-// is asked to read them), when its health checks are off (the node is
-// never drained by them), when the bindings cannot be listed, or when no
-// instance binding names the Service: the caller then keeps its own
-// default as a floor.
+// is asked to read them; meanwhile the group counts for the tail of a load
+// balancer of unknown type, the NLB's, so that not knowing never makes the
+// drain shorter than reading would), when its health checks are off (the
+// node is never drained by them), when the bindings cannot be listed, or
+// when no instance binding names the Service: the caller then keeps its
+// own default as a floor.
 func (s *Source) NodeDrain(ctx context.Context, namespace, name string) (d time.Duration, why string, complete bool) {
 	if !s.on.Load() || !s.synced.Load() || s.cfg.Poller == nil {
 		return 0, "", false
@@ -32,7 +34,14 @@ func (s *Source) NodeDrain(ctx context.Context, namespace, name string) (d time.
 	complete = true
 	for _, b := range bs {
 		lbType, hc, ok := s.cfg.Poller.GroupOf(b.ARN)
-		if !ok || !hc.Enabled || hc.Interval <= 0 || hc.UnhealthyThreshold <= 0 {
+		if !ok {
+			complete = false
+			if t, tailName := s.tail(""); t > d {
+				d, why = t, fmt.Sprintf("target group %s not read yet: the %s tail, %s", b.ARN, tailName, t)
+			}
+			continue
+		}
+		if !hc.Enabled || hc.Interval <= 0 || hc.UnhealthyThreshold <= 0 {
 			complete = false
 			continue
 		}
