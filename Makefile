@@ -12,9 +12,11 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-## deps: Debian packages the test cluster needs on the host (containerd, runc, CNI plugins, iptables)
+## deps: Debian packages the test cluster needs on the host (containerd, runc, CNI plugins, iptables),
+## and HAProxy for the lab's ingress scenario, unpacked from Debian's package under the cache (not installed)
 deps:
 	hack/install-deps.sh
+	hack/install-haproxy.sh
 
 ## tools: Kubernetes, etcd and CoreDNS binaries, built once and cached outside the clone
 tools:

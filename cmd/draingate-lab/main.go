@@ -287,6 +287,7 @@ func loadAndRun(ctx context.Context, cl *testenv.Cluster, strategies []lab.Strat
 	}
 	return f(lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(),
 		ClientSources:    testenv.LBClientIPs(),
+		HAProxy:          lab.FindHAProxy(),
 		RestartAPIServer: cl.RestartAPIServer})
 }
 

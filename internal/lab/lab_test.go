@@ -174,7 +174,7 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 	defer cancel()
 	loadImages(ctx, t, c)
 	const scale, replicas = 0.2, 2
-	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs()}
+	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(), HAProxy: FindHAProxy()}
 	for _, name := range ScenarioNames() {
 		if name == "alb" {
 			continue
@@ -223,6 +223,20 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 			for _, p := range s.Pods {
 				if p.SIGTERM.IsZero() || p.Exit.IsZero() || len(p.Nodes) < sc.LBNodes {
 					t.Errorf("pod %s: SIGTERM %v, exit %v, %d load balancer nodes reported (want %d)", p.Name, p.SIGTERM, p.Exit, len(p.Nodes), sc.LBNodes)
+				}
+				// The ingress's replicas took every stopped pod out of
+				// their rotation, as read from HAProxy's runtime API calls.
+				for name, n := range p.Nodes {
+					if sc.Ingress && (n.RouteOut.IsZero() || n.LastRequest.IsZero()) {
+						t.Errorf("pod %s, ingress replica %s: route out %v, last request %v: the replica never sent it a request or never took it out", p.Name, name, n.RouteOut, n.LastRequest)
+					}
+				}
+			}
+			// Every request through the ingress was logged by HAProxy:
+			// the load's and HAProxy's counts agree.
+			for _, n := range rep.Notes {
+				if sc.Ingress && strings.Contains(n, "MISMATCH") {
+					t.Error(n)
 				}
 			}
 		})

@@ -24,6 +24,7 @@ type loadBalancer struct {
 	urls    []string
 	servers []*http.Server
 	unsub   func()
+	ing     *ingress // Scenario.Ingress: the nodes mirror its replicas
 
 	mu       sync.Mutex
 	drainedA map[string]time.Time // target IP → first draining event
@@ -129,12 +130,21 @@ func (lb *loadBalancer) close() {
 	for _, s := range lb.servers {
 		s.Close()
 	}
-	lb.unsub()
+	if lb.unsub != nil {
+		lb.unsub()
+	}
+	if lb.ing != nil {
+		lb.ing.close()
+	}
 	lb.bal.Close()
 }
 
-// draining is when the control plane first put ip's target to draining.
+// draining is when the control plane first put ip's target to draining;
+// for the ingress, when the EndpointSlices first said it was not ready.
 func (lb *loadBalancer) draining(ip string) time.Time {
+	if lb.ing != nil {
+		return lb.ing.draining(ip)
+	}
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	return lb.drainedA[ip]

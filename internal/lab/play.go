@@ -35,8 +35,8 @@ type play struct {
 
 const versionLabel = "version" // bluegreen: one value per ReplicaSet
 
-// setup creates the Service, the binding to the target group arn and the
-// first pods, and waits until every replica is in every node's rotation.
+// setup creates the Service, the binding to the target group arn (none
+// when arn is empty) and the first pods, and waits until every replica is in every node's rotation.
 func (p *play) setup(ctx context.Context, arn string) error {
 	cl := p.r.env.Client
 	selector := map[string]string{"app": appName}
@@ -49,9 +49,14 @@ func (p *play) setup(ctx context.Context, arn string) error {
 	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector, p.sc.GenericLB), metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}
-	if _, err := p.r.dyn.Resource(lbc.GVR).Namespace(p.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
-		return err
+	if arn != "" {
+		b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}
+		if _, err := p.r.dyn.Resource(lbc.GVR).Namespace(p.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	} else {
+		// No target group (the ingress): no binding, so no readiness gate.
+		gated = false
 	}
 	if _, err := cl.AppsV1().Deployments(p.ns).Create(ctx, deployment(name, selector, int32(p.r.o.Replicas), p.st, p.sc, gated), metav1.CreateOptions{}); err != nil {
 		return err

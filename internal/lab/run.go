@@ -89,6 +89,9 @@ type Env struct {
 	// installs the chart with it (the Helm library reads a file).
 	Kubeconfig string
 	HostIP     string // empty: the emulator listens on 127.0.0.1, out of the pods' reach
+	// HAProxy is the haproxy binary the ingress scenario runs (the
+	// wrapper hack/install-haproxy.sh writes); empty: not installed.
+	HAProxy string
 	// LBSources are the addresses the load balancer's nodes connect from
 	// (testenv.LBNodeIPs), one per node: on this host, and neither the
 	// node's nor a pod's, so the app tells the nodes apart. Empty: every
@@ -228,7 +231,13 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		return res, err
 	}
 
-	arn, lb, err := r.startDataPlane(idx)
+	var arn string
+	var lb *loadBalancer
+	if sc.Ingress {
+		lb, err = r.ingressLB(ctx, idx, ns)
+	} else {
+		arn, lb, err = r.startDataPlane(idx)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -383,6 +392,11 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 	}
 	ds := r.checkCounts(st, res, p.lb, l)
 	res.NoTarget = int(ds.NoTarget)
+	if p.lb.ing != nil {
+		if n := p.lb.ing.unanswered(); n > 0 {
+			r.notes = append(r.notes, fmt.Sprintf("%s: the ingress closed %d client connections instead of answering (its log: 503, no byte sent; a connect to a pod gone timed out): the clients sent those GETs again on new connections, counted once", st.Name, n))
+		}
+	}
 	return nil
 }
 

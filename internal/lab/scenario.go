@@ -63,6 +63,13 @@ type Scenario struct {
 	// sets. The data plane still follows the emulator's target group, which
 	// draingate then never reads.
 	GenericLB bool
+	// Ingress plays an in-cluster ingress with a real proxy instead of the
+	// emulated load balancer: LBNodes HAProxy replicas fed from the app
+	// Service's EndpointSlices (internal/lab/ingress.go), syncs at most one
+	// per IngressSyncEvery, picked up at the next IngressPickup tick. No
+	// target group: the pods' only route is their EndpointSlice.
+	Ingress                         bool
+	IngressSyncEvery, IngressPickup time.Duration
 	// LBNodes is how many nodes the load balancer's data plane has: each
 	// draws its own propagation delay per target change and connects to
 	// targets from its own source address; clients spread over them as DNS
@@ -135,8 +142,14 @@ var Scenarios = func() map[string]Scenario {
 	sidecar.Name, sidecar.Sidecar = "sidecar", true
 	generic := alb
 	generic.Name, generic.GenericLB = "generic-lb", true
+	// ingress-nginx's figures: --sync-rate-limit 0.3/s, Lua workers
+	// polling every second. The ALB's knobs do not apply.
+	ing := alb
+	ing.Name, ing.Ingress = "ingress", true
+	ing.IngressSyncEvery, ing.IngressPickup = 3333*time.Millisecond, time.Second
+	ing.ReconcileLag, ing.ReconcileJitter, ing.PropagationMax = 0, 0, 0
 	out := map[string]Scenario{}
-	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic} {
+	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic, ing} {
 		out[sc.Name] = sc
 	}
 	return out
@@ -160,6 +173,7 @@ func (s Scenario) Scaled(f float64) Scenario {
 	s.PropagationMedian, s.PropagationP99 = m(s.PropagationMedian), m(s.PropagationP99)
 	s.ScaleDownDelay, s.LivenessPeriod = m(s.ScaleDownDelay), m(s.LivenessPeriod)
 	s.DeregistrationDelay, s.HealthCheckInterval, s.AppLatency = m(s.DeregistrationDelay), m(s.HealthCheckInterval), m(s.AppLatency)
+	s.IngressSyncEvery, s.IngressPickup = m(s.IngressSyncEvery), m(s.IngressPickup)
 	if f > 0 && s.RegistrationRefill > 0 {
 		s.RegistrationRefill /= f
 	}
@@ -167,8 +181,12 @@ func (s Scenario) Scaled(f float64) Scenario {
 }
 
 // MaxRouteDelay is the longest a deregistered pod may stay in the data
-// plane's rotation, throttling aside: lag plus the longest propagation.
+// plane's rotation, throttling aside: lag plus the longest propagation; for
+// the ingress, a sync interval and a pickup tick.
 func (s Scenario) MaxRouteDelay() time.Duration {
+	if s.Ingress {
+		return s.IngressSyncEvery + s.IngressPickup
+	}
 	return s.ReconcileLag + s.ReconcileJitter + s.PropagationBound()
 }
 
@@ -214,6 +232,9 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.Sidecar, "sidecar", s.Sidecar, "a lab webhook called after draingate's adds a proxy sidecar that stops accepting on SIGTERM")
 	fs.StringVar(&s.LoadBalancer, "lb", s.LoadBalancer, "load balancer type: application or network")
 	fs.BoolVar(&s.GenericLB, "generic-lb", s.GenericLB, "a load balancer draingate cannot query (GKE, Azure, MetalLB): the app's Service of type LoadBalancer, draingate installed with targetGroups=false")
+	fs.BoolVar(&s.Ingress, "ingress", s.Ingress, "an in-cluster ingress instead of the load balancer: --lb-nodes HAProxy replicas on the host's network fed from the app Service's EndpointSlices (hack/install-haproxy.sh unpacks Debian's HAProxy)")
+	fs.DurationVar(&s.IngressSyncEvery, "ingress-sync-every", s.IngressSyncEvery, "ingress: least time between two syncs of a replica (ingress-nginx's --sync-rate-limit 0.3/s: 3.333s)")
+	fs.DurationVar(&s.IngressPickup, "ingress-pickup", s.IngressPickup, "ingress: a sync takes effect at the next tick of this period, each replica's phase drawn (ingress-nginx's Lua workers poll every 1s)")
 	fs.IntVar(&s.LBNodes, "lb-nodes", s.LBNodes, fmt.Sprintf("data plane nodes, each with its own propagation draws and source address (1-%d)", MaxLBNodes))
 	fs.StringVar(&s.Propagation, "propagation", s.Propagation, "propagation distribution: uniform (--propagation-min..max) or lognormal (--propagation-min plus --propagation-median/-p99)")
 	fs.DurationVar(&s.PropagationMedian, "propagation-median", s.PropagationMedian, "lognormal propagation: median")
@@ -251,6 +272,10 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scale-down-delay must not be negative")
 	case s.ReconcileLag < 0 || s.ReconcileJitter < 0 || s.PropagationMin < 0:
 		return fmt.Errorf("durations must not be negative")
+	case s.Ingress && s.GenericLB:
+		return fmt.Errorf("ingress and generic-lb are two different routes: choose one")
+	case s.IngressSyncEvery < 0 || s.IngressPickup < 0:
+		return fmt.Errorf("ingress durations must not be negative")
 	case s.HealthCheckInterval <= 0 || s.HealthyThreshold < 1:
 		return fmt.Errorf("health checks need a positive interval and threshold")
 	}

@@ -171,6 +171,8 @@ func (l Load) Validate(sc Scenario) error {
 		return errors.New("--lb-node-weights must not all be 0")
 	case l.NodeDelays != nil && len(l.NodeDelays) != sc.LBNodes:
 		return fmt.Errorf("--lb-node-delays has %d delays for %d load balancer nodes", len(l.NodeDelays), sc.LBNodes)
+	case sc.Ingress && (l.PreserveClientIP || l.NodeDelays != nil):
+		return errors.New("--preserve-client-ip and --lb-node-delays play a load balancer's nodes, not the ingress's replicas")
 	case l.PreserveClientIP && sc.LoadBalancer != string(elbv2sim.Network):
 		return errors.New("--preserve-client-ip is an NLB target group's attribute: use it with --lb network (or the nlb and bluegreen scenarios)")
 	case l.InClusterRPS < 0:

@@ -274,6 +274,15 @@ func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
 	s.ByTarget[*t] = ts
 }
 
+// Record counts a request that a proxy outside this package routed on this
+// node's behalf (the lab mirrors a real HAProxy this way): t is the target it
+// picked at pickedAt, nil when it had none; code is the answer's status (0
+// when there was none); aborted when the answer was cut off. Stats,
+// SentSince and the per-target figures then count it as one of the node's.
+func (p *Proxy) Record(t *Target, pickedAt time.Time, code int, aborted bool) {
+	p.record(t, pickedAt, code, aborted)
+}
+
 // SentSince counts the requests the proxy picked t for at or after since,
 // among those already over (a request is recorded when it ends).
 func (p *Proxy) SentSince(t Target, since time.Time) int {
