@@ -406,6 +406,10 @@ func (h *haproxy) readLog(r io.Reader) {
 			continue
 		}
 		aborted := code > 0 && code < 500 && f[4] != "--"
+		cause := ""
+		if code >= 500 || aborted {
+			cause = "HAProxy termination state " + f[4]
+		}
 		h.mu.Lock()
 		ip, ok := h.slotIP[f[1]]
 		h.mu.Unlock()
@@ -413,7 +417,7 @@ func (h *haproxy) readLog(r io.Reader) {
 		if ok {
 			t = &dataplane.Target{ID: ip, Port: appPort}
 		}
-		h.mirror.Record(t, now.Add(-time.Duration(max(active, 0))*time.Millisecond), max(code, 0), aborted)
+		h.mirror.Record(t, now.Add(-time.Duration(max(active, 0))*time.Millisecond), max(code, 0), aborted, cause)
 	}
 	io.Copy(io.Discard, r)
 }

@@ -46,16 +46,18 @@ func (p *play) setup(ctx context.Context, arn string) error {
 		selector = map[string]string{"app": appName, versionLabel: "0"}
 		p.current = name
 	}
-	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector, p.sc.GenericLB), metav1.CreateOptions{}); err != nil {
+	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector, p.sc), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	if arn != "" {
-		b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80)}
+		b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80), TargetType: p.sc.targetType()}
 		if _, err := p.r.dyn.Resource(lbc.GVR).Namespace(p.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
 			return err
 		}
-	} else {
-		// No target group (the ingress): no binding, so no readiness gate.
+	}
+	if arn == "" || p.sc.instance() {
+		// No target group (the ingress), or one of nodes: the load
+		// balancer controller gives pods no readiness gate.
 		gated = false
 	}
 	if _, err := cl.AppsV1().Deployments(p.ns).Create(ctx, deployment(name, selector, int32(p.r.o.Replicas), p.st, p.sc, gated), metav1.CreateOptions{}); err != nil {
@@ -66,8 +68,8 @@ func (p *play) setup(ctx context.Context, arn string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.readyBy)
 	defer cancel()
-	if err := p.lb.bal.WaitInRotation(wctx, p.r.o.Replicas); err != nil {
-		return fmt.Errorf("waiting for %d targets in every load balancer node's rotation: %w", p.r.o.Replicas, err)
+	if err := p.lb.bal.WaitInRotation(wctx, p.targets()); err != nil {
+		return fmt.Errorf("waiting for %d targets in every load balancer node's rotation: %w", p.targets(), err)
 	}
 	return nil
 }
@@ -190,7 +192,16 @@ func (p *play) restartOne(ctx context.Context, i int) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.readyBy)
 	defer cancel()
-	return p.lb.bal.WaitInRotation(wctx, p.r.o.Replicas)
+	return p.lb.bal.WaitInRotation(wctx, p.targets())
+}
+
+// targets is how many targets the load balancer has once every pod is up:
+// one per pod, or with instance targets the cluster's one node.
+func (p *play) targets() int {
+	if p.sc.instance() {
+		return 1
+	}
+	return p.r.o.Replicas
 }
 
 // stopBy is the longest the kubelet may take to stop one of the pods:
@@ -219,6 +230,11 @@ func (p *play) settle(ctx context.Context) error {
 			}
 		}
 		return true
+	}
+	if p.sc.instance() {
+		// Pods are never the load balancer's targets: nothing takes them
+		// out of its rotation but their exit.
+		return nil
 	}
 	if err := waitFor(ctx, p.sc.MaxRouteDelay()+time.Minute, out); err != nil && !throttled(p.sc) {
 		return fmt.Errorf("deleted pods still in the data plane's rotation: %w", err)

@@ -325,7 +325,7 @@ func namespaceReady(ctx context.Context, cl kubernetes.Interface, ns string, gat
 func (r *runner) startDataPlane(idx int) (arn string, lb *loadBalancer, err error) {
 	sc := r.o.Scenario
 	arn, err = r.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
-		Name: fmt.Sprintf("lab-%d-%d", idx, time.Now().Unix()%100000), LoadBalancerType: sc.lbType(), Port: appPort,
+		Name: fmt.Sprintf("lab-%d-%d", idx, time.Now().Unix()%100000), LoadBalancerType: sc.lbType(), Port: appPort, TargetType: sc.targetType(),
 		HealthCheckPath: "/healthz", HealthCheckInterval: sc.HealthCheckInterval, HealthCheckTimeout: min(2*time.Second, sc.HealthCheckInterval),
 		HealthyThreshold: sc.HealthyThreshold, UnhealthyThreshold: 2,
 		DeregistrationDelay: max(sc.DeregistrationDelay, time.Millisecond),
@@ -392,6 +392,13 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 	}
 	ds := r.checkCounts(st, res, p.lb, l)
 	res.NoTarget = int(ds.NoTarget)
+	if len(ds.Causes) > 0 {
+		causes := make([]string, 0, len(ds.Causes))
+		for _, c := range slices.Sorted(maps.Keys(ds.Causes)) {
+			causes = append(causes, fmt.Sprintf("%s=%d", c, ds.Causes[c]))
+		}
+		r.notes = append(r.notes, fmt.Sprintf("%s: the load balancer's own error answers by cause: %s", st.Name, strings.Join(causes, ", ")))
+	}
 	if p.lb.ing != nil {
 		if n := p.lb.ing.unanswered(); n > 0 {
 			r.notes = append(r.notes, fmt.Sprintf("%s: the ingress closed %d client connections instead of answering (its log: 503, no byte sent; a connect to a pod gone timed out): the clients sent those GETs again on new connections, counted once", st.Name, n))

@@ -70,6 +70,10 @@ type Scenario struct {
 	// target group: the pods' only route is their EndpointSlice.
 	Ingress                         bool
 	IngressSyncEvery, IngressPickup time.Duration
+	// TargetType is the target group's: "ip" (pods are the targets, the
+	// default) or "instance" (nodes are, at the Service's node port, and
+	// kube-proxy forwards to pods).
+	TargetType string
 	// LBNodes is how many nodes the load balancer's data plane has: each
 	// draws its own propagation delay per target change and connects to
 	// targets from its own source address; clients spread over them as DNS
@@ -148,8 +152,11 @@ var Scenarios = func() map[string]Scenario {
 	ing.Name, ing.Ingress = "ingress", true
 	ing.IngressSyncEvery, ing.IngressPickup = 3333*time.Millisecond, time.Second
 	ing.ReconcileLag, ing.ReconcileJitter, ing.PropagationMax = 0, 0, 0
+	// The AWS Load Balancer Controller's default target type for Ingress.
+	instance := alb
+	instance.Name, instance.TargetType = "alb-instance", elbv2sim.TargetTypeInstance
 	out := map[string]Scenario{}
-	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic, ing} {
+	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic, ing, instance} {
 		out[sc.Name] = sc
 	}
 	return out
@@ -215,6 +222,17 @@ func (s Scenario) propagation(seed uint64) dataplane.Propagation {
 	return func(ev dataplane.Event) time.Duration { return s.PropagationMin + min(draw(ev), bound) }
 }
 
+// instance says the target group's targets are nodes.
+func (s Scenario) instance() bool { return s.TargetType == elbv2sim.TargetTypeInstance }
+
+// targetType is the target group's type, ip unless instance.
+func (s Scenario) targetType() string {
+	if s.instance() {
+		return elbv2sim.TargetTypeInstance
+	}
+	return elbv2sim.TargetTypeIP
+}
+
 func (s Scenario) lbType() elbv2sim.LoadBalancerType {
 	if s.LoadBalancer == string(elbv2sim.Network) {
 		return elbv2sim.Network
@@ -235,6 +253,7 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.Ingress, "ingress", s.Ingress, "an in-cluster ingress instead of the load balancer: --lb-nodes HAProxy replicas on the host's network fed from the app Service's EndpointSlices (hack/install-haproxy.sh unpacks Debian's HAProxy)")
 	fs.DurationVar(&s.IngressSyncEvery, "ingress-sync-every", s.IngressSyncEvery, "ingress: least time between two syncs of a replica (ingress-nginx's --sync-rate-limit 0.3/s: 3.333s)")
 	fs.DurationVar(&s.IngressPickup, "ingress-pickup", s.IngressPickup, "ingress: a sync takes effect at the next tick of this period, each replica's phase drawn (ingress-nginx's Lua workers poll every 1s)")
+	fs.StringVar(&s.TargetType, "target-type", s.targetType(), "the target group's target type: ip (pods) or instance (nodes at the Service's node port; kube-proxy forwards)")
 	fs.IntVar(&s.LBNodes, "lb-nodes", s.LBNodes, fmt.Sprintf("data plane nodes, each with its own propagation draws and source address (1-%d)", MaxLBNodes))
 	fs.StringVar(&s.Propagation, "propagation", s.Propagation, "propagation distribution: uniform (--propagation-min..max) or lognormal (--propagation-min plus --propagation-median/-p99)")
 	fs.DurationVar(&s.PropagationMedian, "propagation-median", s.PropagationMedian, "lognormal propagation: median")
@@ -272,6 +291,10 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("scale-down-delay must not be negative")
 	case s.ReconcileLag < 0 || s.ReconcileJitter < 0 || s.PropagationMin < 0:
 		return fmt.Errorf("durations must not be negative")
+	case s.TargetType != "" && s.TargetType != elbv2sim.TargetTypeIP && s.TargetType != elbv2sim.TargetTypeInstance:
+		return fmt.Errorf("target-type %q: want ip or instance", s.TargetType)
+	case s.instance() && (s.Ingress || s.GenericLB || s.Workload == BlueGreen):
+		return fmt.Errorf("instance targets play the emulated load balancer with rolling updates or restarts: not with ingress, generic-lb or bluegreen")
 	case s.Ingress && s.GenericLB:
 		return fmt.Errorf("ingress and generic-lb are two different routes: choose one")
 	case s.IngressSyncEvery < 0 || s.IngressPickup < 0:

@@ -87,8 +87,8 @@ func deployment(name string, labels map[string]string, replicas int32, st Strate
 	}
 }
 
-// service selects the app's pods by selector.
-func service(selector map[string]string, lbType bool) *corev1.Service {
+// service selects the app's pods by selector, of the type sc needs.
+func service(selector map[string]string, sc Scenario) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: appName},
 		Spec: corev1.ServiceSpec{
@@ -96,10 +96,16 @@ func service(selector map[string]string, lbType bool) *corev1.Service {
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
 		},
 	}
-	if lbType {
-		// Scenario.GenericLB: no cloud controller gives it an address; its
-		// type is what draingate's external routes look for.
+	switch {
+	case sc.GenericLB:
+		// No cloud controller gives it an address; its type is what
+		// draingate's external routes look for.
 		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	case sc.instance():
+		// Instance targets are nodes: the load balancer sends to the
+		// node port (Cluster policy, kube-proxy's default, forwards to
+		// any ready pod).
+		svc.Spec.Type = corev1.ServiceTypeNodePort
 	}
 	return svc
 }

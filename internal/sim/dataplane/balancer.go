@@ -110,7 +110,7 @@ func (b *Balancer) Stats() Stats {
 }
 
 func mergeStats(all ...Stats) Stats {
-	sum := Stats{ByStatus: map[int]int64{}, ByTarget: map[Target]TargetStats{}}
+	sum := Stats{ByStatus: map[int]int64{}, Causes: map[string]int64{}, ByTarget: map[Target]TargetStats{}}
 	for _, s := range all {
 		sum.Total += s.Total
 		sum.Failed += s.Failed
@@ -118,6 +118,9 @@ func mergeStats(all ...Stats) Stats {
 		sum.NoTarget += s.NoTarget
 		for code, n := range s.ByStatus {
 			sum.ByStatus[code] += n
+		}
+		for c, n := range s.Causes {
+			sum.Causes[c] += n
 		}
 		for t, ts := range s.ByTarget {
 			m := sum.ByTarget[t]

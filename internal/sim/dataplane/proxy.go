@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -71,6 +72,11 @@ type Stats struct {
 	// before the new ones' arrival. No pod saw those requests.
 	NoTarget int64
 	ByStatus map[int]int64
+	// Causes counts the errors the proxy answered for a target (its 502s
+	// and 504s) by what the transport saw: "connection refused",
+	// "connection reset", "closed before answering", "timeout" or the
+	// error's own text.
+	Causes map[string]int64
 	// ByTarget holds only requests that were routed to a target.
 	ByTarget map[Target]TargetStats
 }
@@ -143,7 +149,7 @@ func New(cfg Config) *Proxy {
 		},
 		targets: map[Target]*targetView{},
 		changed: make(chan struct{}),
-		stats:   Stats{ByStatus: map[int]int64{}, ByTarget: map[Target]TargetStats{}},
+		stats:   Stats{ByStatus: map[int]int64{}, Causes: map[string]int64{}, ByTarget: map[Target]TargetStats{}},
 		picks:   map[Target][]time.Time{},
 		flows:   map[net.Conn]*flow{},
 		spliced: map[net.Conn]*flow{},
@@ -151,7 +157,7 @@ func New(cfg Config) *Proxy {
 	p.forward = &httputil.ReverseProxy{
 		Rewrite:      rewrite,
 		Transport:    p.transport,
-		ErrorHandler: answerError,
+		ErrorHandler: p.answerError,
 		ErrorLog:     cfg.ErrorLog,
 	}
 	return p
@@ -187,7 +193,7 @@ func rewrite(pr *httputil.ProxyRequest) {
 // the Transport, which then cannot rewind it and so never retries.
 type oneShotBody struct{ io.ReadCloser }
 
-func answerError(w http.ResponseWriter, r *http.Request, err error) {
+func (p *Proxy) answerError(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusBadGateway
 	var ne net.Error
 	switch {
@@ -196,7 +202,33 @@ func answerError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		code = http.StatusGatewayTimeout
 	}
+	if code != StatusClientClosed {
+		p.statsMu.Lock()
+		p.stats.Causes[Cause(err)]++
+		p.statsMu.Unlock()
+	}
 	http.Error(w, http.StatusText(code), code)
+}
+
+// Cause names what a transport error was, in the words of an ELB access
+// log's reasons: the target refused the connection, reset it, closed it
+// before answering (a keep-alive connection it closed as the request
+// went out), or did not answer in time.
+func Cause(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "closed before answering"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	}
+	return err.Error()
 }
 
 // ServeHTTP forwards r to the next target in rotation, round robin, or
@@ -277,9 +309,15 @@ func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {
 // Record counts a request that a proxy outside this package routed on this
 // node's behalf (the lab mirrors a real HAProxy this way): t is the target it
 // picked at pickedAt, nil when it had none; code is the answer's status (0
-// when there was none); aborted when the answer was cut off. Stats,
-// SentSince and the per-target figures then count it as one of the node's.
-func (p *Proxy) Record(t *Target, pickedAt time.Time, code int, aborted bool) {
+// when there was none); aborted when the answer was cut off; cause, when
+// not empty, is counted in Stats.Causes. Stats, SentSince and the
+// per-target figures then count it as one of the node's.
+func (p *Proxy) Record(t *Target, pickedAt time.Time, code int, aborted bool, cause string) {
+	if cause != "" {
+		p.statsMu.Lock()
+		p.stats.Causes[cause]++
+		p.statsMu.Unlock()
+	}
 	p.record(t, pickedAt, code, aborted)
 }
 
@@ -303,6 +341,7 @@ func (p *Proxy) Stats() Stats {
 	defer p.statsMu.Unlock()
 	s := p.stats
 	s.ByStatus = maps.Clone(s.ByStatus)
+	s.Causes = maps.Clone(s.Causes)
 	s.ByTarget = maps.Clone(s.ByTarget)
 	return s
 }

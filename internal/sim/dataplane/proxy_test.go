@@ -381,3 +381,45 @@ func TestSentSince(t *testing.T) {
 		t.Errorf("SentSince(unknown target) = %d, want 0", got)
 	}
 }
+
+// TestErrorCauses: a target that refuses connections, and one that closes
+// the connection without answering, are told apart in Stats.Causes.
+func TestErrorCauses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := targetOf(t, "http://"+ln.Addr().String())
+	ln.Close() // nothing listens there now
+	closer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closer.Close() })
+	go func() {
+		for {
+			c, err := closer.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, then close without a byte of answer.
+			bufio.NewReader(c).ReadString('\n')
+			c.Close()
+		}
+	}()
+	hangup := targetOf(t, "http://"+closer.Addr().String())
+	p := New(Config{})
+	t.Cleanup(p.Close)
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	healthy(t, p, refused, hangup)
+	for range 4 {
+		if code, _ := get(t, front.Client(), front.URL); code != http.StatusBadGateway {
+			t.Errorf("status %d, want 502", code)
+		}
+	}
+	got := p.Stats().Causes
+	if got["connection refused"] != 2 || got["closed before answering"] != 2 {
+		t.Errorf("causes %v, want connection refused=2 and closed before answering=2", got)
+	}
+}

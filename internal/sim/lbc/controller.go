@@ -259,10 +259,18 @@ func (c *Controller) reconcile(ctx context.Context, key string) (bool, error) {
 		return false, nil // deleted: the lab deletes the group itself
 	}
 	b, err := BindingFrom(o.(*unstructured.Unstructured))
-	if err != nil || b.TargetType != "ip" {
+	if err != nil {
 		return false, err
 	}
-	desired, err := c.desired(b)
+	var desired []target
+	switch b.TargetType {
+	case "ip":
+		desired, err = c.desired(b)
+	case "instance":
+		desired, err = c.desiredNodes(ctx, b)
+	default:
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -358,6 +366,47 @@ func (c *Controller) desired(b Binding) ([]target, error) {
 			}
 			if deref(e.Conditions.Ready) || c.waitsOnlyForGate(b, t.pod) {
 				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+// desiredNodes lists an instance binding's targets: every node that is
+// ready, by its InternalIP (the emulator health-checks addresses; AWS names
+// the EC2 instance), at the Service port's node port. Pods never are
+// targets: the load balancer sends to the node port, and kube-proxy
+// forwards.
+func (c *Controller) desiredNodes(ctx context.Context, b Binding) ([]target, error) {
+	o, ok, err := c.services.GetByKey(b.Namespace + "/" + b.ServiceName)
+	if err != nil || !ok {
+		return nil, err
+	}
+	svc := o.(*corev1.Service)
+	var nodePort int32
+	for _, p := range svc.Spec.Ports {
+		if (b.ServicePort.Type == intstr.String && p.Name == b.ServicePort.StrVal) ||
+			(b.ServicePort.Type == intstr.Int && p.Port == b.ServicePort.IntVal) {
+			nodePort = p.NodePort
+		}
+	}
+	if nodePort == 0 {
+		return nil, fmt.Errorf("service %s/%s has no node port for %s: an instance binding needs a NodePort or LoadBalancer Service", b.Namespace, b.ServiceName, b.ServicePort.String())
+	}
+	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []target
+	for _, n := range nodes.Items {
+		ready := false
+		for _, cond := range n.Status.Conditions {
+			ready = ready || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue
+		}
+		for _, a := range n.Status.Addresses {
+			if ready && a.Type == corev1.NodeInternalIP {
+				out = append(out, target{ip: a.Address, port: nodePort})
+				break
 			}
 		}
 	}

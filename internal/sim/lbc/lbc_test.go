@@ -179,3 +179,91 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 	}
 	t.Logf("ELBv2 calls: %v; deregistered %s after deletion", calls, drainingAt.Sub(deletedAt).Round(time.Millisecond))
 }
+
+// TestControllerRegistersNodesForInstanceBindings: an instance binding's
+// targets are the cluster's nodes at the Service's node port, never its
+// pods, and the emulator's health checks reach a pod through kube-proxy
+// there; a pod's deletion leaves the node registered.
+func TestControllerRegistersNodesForInstanceBindings(t *testing.T) {
+	c := testenv.Get(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := InstallCRD(ctx, c.Config); err != nil {
+		t.Fatal(err)
+	}
+	emu := elbv2sim.New(elbv2sim.Config{})
+	defer emu.Close()
+	if _, err := emu.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	arn, err := emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+		Name: "lbc-instance", LoadBalancerType: elbv2sim.Application, TargetType: elbv2sim.TargetTypeInstance, Port: 8080,
+		HealthCheckPath: "/", HealthCheckInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := New(Config{Namespace: ns, GatePoll: 500 * time.Millisecond, Logf: t.Logf}, c.Client, dyn, emu.Client())
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./internal/testenv/cmd/testapp"); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "web"}
+	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Binding{Namespace: ns, Name: "web", TargetGroupARN: arn, ServiceName: "web", ServicePort: intstr.FromString("http"), TargetType: "instance"}
+	if _, err := dyn.Resource(GVR).Namespace(ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: testenv.TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("nodes: %v (%v)", nodes, err)
+	}
+	var nodeIP string
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			nodeIP = a.Address
+		}
+	}
+	node := elbv2sim.Target{ID: nodeIP, Port: svc.Spec.Ports[0].NodePort}
+	testutil.Eventually(t, ctx, "the node registered at the node port and healthy through kube-proxy", func() (bool, error) {
+		return emu.Targets(arn)[node] == elbv2sim.StateHealthy, nil
+	})
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, ctx, "the pod gone", func() (bool, error) {
+		_, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err != nil, nil
+	})
+	targets := emu.Targets(arn)
+	if len(targets) != 1 || targets[node] == "" || targets[node] == elbv2sim.StateDraining {
+		t.Errorf("targets after the pod's deletion: %v; want only the node %v, still registered", targets, node)
+	}
+}
