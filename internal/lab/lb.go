@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ type loadBalancer struct {
 
 	mu       sync.Mutex
 	drainedA map[string]time.Time // target IP → first draining event
+	// failedChecks are the targets' turns from healthy to unhealthy, as
+	// the report says them: a target out of rotation for its health checks.
+	failedChecks []string
 }
 
 // startLB builds the nodes and feeds them the target group's events; the
@@ -75,6 +79,11 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 		for ev := range events {
 			if ev.TargetGroupARN != arn {
 				continue
+			}
+			if ev.To == elbv2sim.StateUnhealthy && ev.From == elbv2sim.StateHealthy {
+				lb.mu.Lock()
+				lb.failedChecks = append(lb.failedChecks, fmt.Sprintf("%s unhealthy at %s (%s: %s)", ev.Target.ID+":"+strconv.Itoa(int(ev.Target.Port)), ev.At.Format("15:04:05.000"), ev.Reason, ev.Description))
+				lb.mu.Unlock()
 			}
 			if ev.To == "draining" {
 				lb.mu.Lock()

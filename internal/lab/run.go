@@ -399,6 +399,11 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 		}
 		r.notes = append(r.notes, fmt.Sprintf("%s: the load balancer's own error answers by cause: %s", st.Name, strings.Join(causes, ", ")))
 	}
+	p.lb.mu.Lock()
+	if len(p.lb.failedChecks) > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("%s: targets that failed their health checks under load: %s", st.Name, strings.Join(p.lb.failedChecks, "; ")))
+	}
+	p.lb.mu.Unlock()
 	if p.lb.ing != nil {
 		if n := p.lb.ing.unanswered(); n > 0 {
 			r.notes = append(r.notes, fmt.Sprintf("%s: the ingress closed %d client connections instead of answering (its log: 503, no byte sent; a connect to a pod gone timed out): the clients sent those GETs again on new connections, counted once", st.Name, n))

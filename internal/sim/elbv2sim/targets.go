@@ -109,7 +109,10 @@ type Event struct {
 	Target         Target
 	From, To       State
 	Reason         string
-	At             time.Time
+	// Description is AWS's TargetHealth.Description for the new state,
+	// e.g. "Health checks failed with these codes: [503]".
+	Description string
+	At          time.Time
 }
 
 // APIError is an ELB API error, as returned by the Go API and sent over the
@@ -428,7 +431,7 @@ func (s *Server) setLocked(tg *targetGroup, key Target, t *target, to State, rea
 	changed := from != to || t.reason != reason
 	t.state, t.reason, t.desc = to, reason, desc
 	if changed {
-		s.emitLocked(Event{TargetGroupARN: tg.arn, Target: key, From: from, To: to, Reason: reason, At: s.now()})
+		s.emitLocked(Event{TargetGroupARN: tg.arn, Target: key, From: from, To: to, Reason: reason, Description: desc, At: s.now()})
 	}
 }
 
