@@ -194,6 +194,15 @@ type NodeDrainer interface {
 	NodeDrain(ctx context.Context, namespace, name string) (d time.Duration, why string, complete bool)
 }
 
+// InstanceTargeter is what a kind that reads TargetGroupBindings offers
+// the kind that follows EndpointSlices: the instance target groups that
+// send to the node ports of the Service namespace/name. Their load
+// balancers never take a pod out; the keep-alive connections kube-proxy
+// forwarded to it stay with it until the app closes them.
+type InstanceTargeter interface {
+	InstanceGroups(ctx context.Context, namespace, name string) []string
+}
+
 // LeftLister is what the kind that follows EndpointSlices offers kinds
 // whose routes outlast a pod's endpoint (external): which Services the
 // pod's endpoint left, and when.

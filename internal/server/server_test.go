@@ -1149,3 +1149,73 @@ func TestExternalRoute(t *testing.T) {
 	}
 	t.Logf("%s: %s", name, ext.Detail)
 }
+
+// TestInstanceTargetsSayWhatTheAppMustDo on the real cluster: a pod behind
+// a NodePort Service (Cluster policy) that an instance target group sends
+// to is held by its EndpointSlice route alone, and that route, once out,
+// says that the load balancer's keep-alive connections to the pod end only
+// when the app closes them, and how (fails without the note: the detail
+// names no target group).
+func TestInstanceTargetsSayWhatTheAppMustDo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	arn, err := f.emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{Name: "np-nodes", LoadBalancerType: elbv2sim.Application, Port: 30080, TargetType: "instance"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(f.c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lbc.Binding{Namespace: f.ns, Name: "np-nodes", TargetGroupARN: arn, TargetType: "instance", ServiceName: "np", ServicePort: intstr.FromString("http")}
+	if _, err := dyn.Resource(lbc.GVR).Namespace(f.ns).Create(ctx, b.Object(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "np"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := f.c.Client.CoreV1().Services(f.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := func(podReady bool) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "np-manual", Labels: map[string]string{discoveryv1.LabelServiceName: "np"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{f.pod.Status.PodIP},
+					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: f.ns, Name: f.pod.Name, UID: f.pod.UID},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(podReady), Serving: ptr.To(true), Terminating: ptr.To(!podReady)}},
+				{Addresses: []string{"10.244.250.9"},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}},
+			},
+		}
+	}
+	sl, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Create(ctx, slice(true), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.serveWith(ctx, Options{}, "--tail-endpointslice=30s")
+	f.deletePod(ctx)
+	next := slice(false)
+	next.ResourceVersion = sl.ResourceVersion
+	if _, err := f.c.Client.DiscoveryV1().EndpointSlices(f.ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name := "endpointslice " + f.ns + "/np"
+	var route api.Route
+	waitFor(t, ctx, "the NodePort Service's route out, naming the instance group", func() bool {
+		last := route.Detail
+		route = routeStates(f.ask(ctx, r, 0))[name]
+		if route.Detail != last {
+			t.Logf("%s: %s: %s", name, route.State, route.Detail)
+		}
+		return route.State == "terminating" && strings.Contains(route.Detail, arn)
+	})
+	if !strings.Contains(route.Detail, "Connection: close") {
+		t.Errorf("route %s: %s; want it to say what the app must do", name, route.Detail)
+	}
+}

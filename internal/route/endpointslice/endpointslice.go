@@ -84,8 +84,11 @@ type Source struct {
 	// drainer reads the drain of the load balancers in front of a Local
 	// policy's Service, where a kind can (set by Start; nil: none can).
 	drainer route.NodeDrainer
-	synced  atomic.Bool
-	now     func() time.Time
+	// instances lists the instance target groups in front of a
+	// Service's node ports, where a kind can (set by Start).
+	instances route.InstanceTargeter
+	synced    atomic.Bool
+	now       func() time.Time
 
 	// left remembers, a tail long, the routes endpoints left: a pod taken
 	// off a Service (a selector flip) and deleted within the tail finds no
@@ -163,6 +166,9 @@ func (s *Source) Start(ctx context.Context, h route.Host) error {
 	s.cache = c
 	if d, ok := route.Peer[route.NodeDrainer](h.Sources); ok {
 		s.drainer = d
+	}
+	if t, ok := route.Peer[route.InstanceTargeter](h.Sources); ok {
+		s.instances = t
 	}
 	if err := c.IndexField(ctx, &discoveryv1.EndpointSlice{}, addressIndex, addresses); err != nil {
 		return fmt.Errorf("index EndpointSlices: %w", err)
@@ -463,6 +469,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 		if nodeOnly {
 			o = NodeOnly(o, svc, s.tail, s.localTail, s.lbDrain(ctx, svc))
 		}
+		if o.Out {
+			o.What += s.instanceNote(ctx, pod.Namespace, strings.TrimPrefix(name, pod.Namespace+"/"))
+		}
 		out = append(out, o)
 	}
 	return out, nil
@@ -612,6 +621,28 @@ func (s *Source) lbDrain(ctx context.Context, svc *corev1.Service) LBDrain {
 	var lb LBDrain
 	lb.D, lb.Why, lb.Complete = s.drainer.NodeDrain(ctx, svc.Namespace, svc.Name)
 	return lb
+}
+
+// instanceNote is what a route out says more when instance target groups
+// send to the node ports of the Service name (without its namespace) under
+// its Cluster policy: this wait
+// covers kube-proxy's rules, not the connections those load balancers
+// hold to the pod, which only the app can end (docs/how-it-works.md).
+func (s *Source) instanceNote(ctx context.Context, namespace, name string) string {
+	if s.instances == nil {
+		return ""
+	}
+	svc := s.service(ctx, namespace, name)
+	if svc == nil || externalLocal(svc) || (svc.Spec.Type != corev1.ServiceTypeNodePort && svc.Spec.Type != corev1.ServiceTypeLoadBalancer) {
+		return ""
+	}
+	arns := s.instances.InstanceGroups(ctx, namespace, name)
+	if len(arns) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; instance target group %s sends to the node port, and the keep-alive connections kube-proxy "+
+		"forwarded to the pod stay with it until the app closes them: at SIGTERM the app must finish the requests in "+
+		"flight, answer with Connection: close, then close", strings.Join(arns, ", "))
 }
 
 // annotated says that svc sets its Local-policy tail with a valid

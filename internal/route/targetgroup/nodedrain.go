@@ -3,6 +3,7 @@ package targetgroup
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -52,4 +53,24 @@ func (s *Source) NodeDrain(ctx context.Context, namespace, name string) (d time.
 		}
 	}
 	return d, why, complete
+}
+
+// InstanceGroups implements route.InstanceTargeter: the ARNs of the instance
+// TargetGroupBindings naming the Service namespace/name, sorted; none while
+// the bindings are not read (or on an error, which the caller only words
+// differently).
+func (s *Source) InstanceGroups(ctx context.Context, namespace, name string) []string {
+	if !s.on.Load() || !s.synced.Load() {
+		return nil
+	}
+	bs, err := s.bindings(ctx, namespace, func(b Binding) bool { return b.TargetType == "instance" && b.Service == name })
+	if err != nil {
+		return nil
+	}
+	arns := make([]string, 0, len(bs))
+	for _, b := range bs {
+		arns = append(arns, b.ARN)
+	}
+	slices.Sort(arns)
+	return slices.Compact(arns)
 }

@@ -30,36 +30,14 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // configured lag; and with AWS's registration bucket nearly empty the
 // controller's calls are throttled and retried until they succeed.
 func TestControllerFollowsEndpoints(t *testing.T) {
-	c := testenv.Get(t)
-	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := InstallCRD(ctx, c.Config); err != nil {
-		t.Fatal(err)
-	}
-	emu := elbv2sim.New(elbv2sim.Config{})
-	defer emu.Close()
-	if _, err := emu.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	arn, err := emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+	const lag = 2 * time.Second
+	c, ns, emu, arn, dyn := startController(ctx, t, elbv2sim.TargetGroupSpec{
 		Name: "lbc-test", LoadBalancerType: elbv2sim.Application, Port: 8080,
 		HealthCheckPath: "/", HealthCheckInterval: 500 * time.Millisecond, DeregistrationDelay: time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, lag)
 	elb := emu.Client()
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const lag = 2 * time.Second
-	ctrl := New(Config{Namespace: ns, ReconcileLag: lag, GatePoll: 500 * time.Millisecond, Logf: t.Logf}, c.Client, dyn, elb)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Run(runCtx) }()
-	defer func() { stop(); <-done }()
 
 	events, unsubscribe := emu.Subscribe()
 	defer unsubscribe()
@@ -185,34 +163,12 @@ func TestControllerFollowsEndpoints(t *testing.T) {
 // pods, and the emulator's health checks reach a pod through kube-proxy
 // there; a pod's deletion leaves the node registered.
 func TestControllerRegistersNodesForInstanceBindings(t *testing.T) {
-	c := testenv.Get(t)
-	ns := c.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := InstallCRD(ctx, c.Config); err != nil {
-		t.Fatal(err)
-	}
-	emu := elbv2sim.New(elbv2sim.Config{})
-	defer emu.Close()
-	if _, err := emu.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	arn, err := emu.CreateTargetGroup(elbv2sim.TargetGroupSpec{
+	c, ns, emu, arn, dyn := startController(ctx, t, elbv2sim.TargetGroupSpec{
 		Name: "lbc-instance", LoadBalancerType: elbv2sim.Application, TargetType: elbv2sim.TargetTypeInstance, Port: 8080,
 		HealthCheckPath: "/", HealthCheckInterval: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl := New(Config{Namespace: ns, GatePoll: 500 * time.Millisecond, Logf: t.Logf}, c.Client, dyn, emu.Client())
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	}, 0)
 	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./internal/testenv/cmd/testapp"); err != nil {
 		t.Fatal(err)
 	}
@@ -266,4 +222,35 @@ func TestControllerRegistersNodesForInstanceBindings(t *testing.T) {
 	if len(targets) != 1 || targets[node] == "" || targets[node] == elbv2sim.StateDraining {
 		t.Errorf("targets after the pod's deletion: %v; want only the node %v, still registered", targets, node)
 	}
+}
+
+// startController installs the binding CRD, starts the emulator with one
+// target group of spec and a controller of lag for a new namespace; all
+// stop when the test ends.
+func startController(ctx context.Context, t *testing.T, spec elbv2sim.TargetGroupSpec, lag time.Duration) (*testenv.Cluster, string, *elbv2sim.Server, string, dynamic.Interface) {
+	t.Helper()
+	c := testenv.Get(t)
+	ns := c.Namespace(t)
+	if err := InstallCRD(ctx, c.Config); err != nil {
+		t.Fatal(err)
+	}
+	emu := elbv2sim.New(elbv2sim.Config{})
+	t.Cleanup(func() { emu.Close() })
+	if _, err := emu.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	arn, err := emu.CreateTargetGroup(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := New(Config{Namespace: ns, ReconcileLag: lag, GatePoll: 500 * time.Millisecond, Logf: t.Logf}, c.Client, dyn, emu.Client())
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return c, ns, emu, arn, dyn
 }
