@@ -352,7 +352,9 @@ backend be
 	h := &haproxy{name: mirror.Name(), dir: dir, mirror: mirror, slots: slots, exited: make(chan struct{}),
 		slotIP: map[string]string{}, ipSlot: map[string]string{}, applied: map[string]bool{}}
 	h.cmd = exec.Command(bin, "-f", filepath.Join(dir, "haproxy.cfg"), "-db")
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (a terminal's Ctrl-C reaches the lab, which
+	// stops it), killed if the lab dies first: never left running.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := h.cmd.StdoutPipe()
 	if err != nil {
 		os.RemoveAll(dir)
