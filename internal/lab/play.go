@@ -36,7 +36,8 @@ type play struct {
 const versionLabel = "version" // bluegreen: one value per ReplicaSet
 
 // setup creates the Service, the binding to the target group arn (none
-// when arn is empty) and the first pods, and waits until every replica is in every node's rotation.
+// when arn is empty) and the first pods, and waits until every target is
+// in every node's rotation.
 func (p *play) setup(ctx context.Context, arn string) error {
 	cl := p.r.env.Client
 	selector := map[string]string{"app": appName}
