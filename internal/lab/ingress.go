@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -94,7 +95,7 @@ type haproxy struct {
 
 // startIngress starts the replicas and their controller loops on the app
 // Service's EndpointSlices in ns; the caller defers close.
-func (r *runner) startIngress(ctx context.Context, idx int, ns string) (*ingress, error) {
+func (r *runner) startIngress(idx int, ns string) (*ingress, error) {
 	sc := r.o.Scenario
 	if r.env.HAProxy == "" {
 		return nil, errors.New("the ingress scenario needs HAProxy: run hack/install-haproxy.sh (make deps does), or set DRAINGATE_HAPROXY to an HAProxy 2.4 or newer")
@@ -143,8 +144,8 @@ func (r *runner) startIngress(ctx context.Context, idx int, ns string) (*ingress
 
 // ingressLB is the ingress as the run's load balancer: its replicas'
 // mirrors are the nodes, their frontends the clients' addresses.
-func (r *runner) ingressLB(ctx context.Context, idx int, ns string) (*loadBalancer, error) {
-	ing, err := r.startIngress(ctx, idx, ns)
+func (r *runner) ingressLB(idx int, ns string) (*loadBalancer, error) {
+	ing, err := r.startIngress(idx, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -226,10 +227,7 @@ func (ing *ingress) controller(ctx context.Context, h *haproxy, wake <-chan stru
 		}
 		last = time.Now()
 		ing.mu.Lock()
-		want := make(map[string]bool, len(ing.ready))
-		for ip := range ing.ready {
-			want[ip] = true
-		}
+		want := maps.Clone(ing.ready)
 		ing.mu.Unlock()
 		if pickup > 0 {
 			// The next tick of phase + k × pickup.

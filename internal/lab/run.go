@@ -234,7 +234,7 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 	var arn string
 	var lb *loadBalancer
 	if sc.Ingress {
-		lb, err = r.ingressLB(ctx, idx, ns)
+		lb, err = r.ingressLB(idx, ns)
 	} else {
 		arn, lb, err = r.startDataPlane(idx)
 	}

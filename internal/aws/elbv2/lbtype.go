@@ -124,10 +124,10 @@ func (p *Poller) GroupOf(arn string) (lbType string, health HealthCheck, ok bool
 // read is queued or in flight, or one failed less than a minute ago (what
 // was read before stays known meanwhile). It never blocks: a caller that
 // sizes something from the type (the injection webhook, for a pod whose
-// group nobody polled yet) uses its default now and the type from then on. One read at a time, in the order
-// asked, so that many new groups (a server starting in a large cluster)
-// never hold more than one place in the budget's queue ahead of the
-// polls. Close ends the reads.
+// group nobody polled yet) uses its default now and the type from then on.
+// One read at a time, in the order asked, so that many new groups (a server
+// starting in a large cluster) never hold more than one place in the
+// budget's queue ahead of the polls. Close ends the reads.
 func (p *Poller) LearnType(arn string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -625,9 +625,9 @@ func (s *Source) lbDrain(ctx context.Context, svc *corev1.Service) LBDrain {
 
 // instanceNote is what a route out says more when instance target groups
 // send to the node ports of the Service name (without its namespace) under
-// its Cluster policy: this wait
-// covers kube-proxy's rules, not the connections those load balancers
-// hold to the pod, which only the app can end (docs/how-it-works.md).
+// its Cluster policy: this wait covers kube-proxy's rules, not the
+// connections those load balancers hold to the pod, which only the app can
+// end (docs/how-it-works.md).
 func (s *Source) instanceNote(ctx context.Context, namespace, name string) string {
 	if s.instances == nil {
 		return ""

@@ -28,7 +28,7 @@ func (s *Source) NodeDrain(ctx context.Context, namespace, name string) (d time.
 	if !s.on.Load() || !s.synced.Load() || s.cfg.Poller == nil {
 		return 0, "", false
 	}
-	bs, err := s.bindings(ctx, namespace, func(b Binding) bool { return b.TargetType == "instance" && b.Service == name })
+	bs, err := s.instanceBindings(ctx, namespace, name)
 	if err != nil || len(bs) == 0 {
 		return 0, "", false
 	}
@@ -63,7 +63,7 @@ func (s *Source) InstanceGroups(ctx context.Context, namespace, name string) []s
 	if !s.on.Load() || !s.synced.Load() {
 		return nil
 	}
-	bs, err := s.bindings(ctx, namespace, func(b Binding) bool { return b.TargetType == "instance" && b.Service == name })
+	bs, err := s.instanceBindings(ctx, namespace, name)
 	if err != nil {
 		return nil
 	}
@@ -73,4 +73,10 @@ func (s *Source) InstanceGroups(ctx context.Context, namespace, name string) []s
 	}
 	slices.Sort(arns)
 	return slices.Compact(arns)
+}
+
+// instanceBindings are the instance TargetGroupBindings of namespace that
+// name the Service name.
+func (s *Source) instanceBindings(ctx context.Context, namespace, name string) ([]Binding, error) {
+	return s.bindings(ctx, namespace, func(b Binding) bool { return b.TargetType == "instance" && b.Service == name })
 }

@@ -325,22 +325,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) (bool, error) {
 // that wait only for this binding's readiness gate (they cannot become ready
 // before they are registered). Terminating endpoints are never desired.
 func (c *Controller) desired(b Binding) ([]target, error) {
-	o, ok, err := c.services.GetByKey(b.Namespace + "/" + b.ServiceName)
+	sp, ok, err := c.servicePort(b)
 	if err != nil || !ok {
 		return nil, err
 	}
-	svc := o.(*corev1.Service)
-	var portName string
-	found := false
-	for _, p := range svc.Spec.Ports {
-		if (b.ServicePort.Type == intstr.String && p.Name == b.ServicePort.StrVal) ||
-			(b.ServicePort.Type == intstr.Int && p.Port == b.ServicePort.IntVal) {
-			portName, found = p.Name, true
-		}
-	}
-	if !found {
-		return nil, fmt.Errorf("service %s/%s has no port %s", b.Namespace, b.ServiceName, b.ServicePort.String())
-	}
+	portName := sp.Name
 	var out []target
 	for _, o := range c.slices.List() {
 		s := o.(*discoveryv1.EndpointSlice)
@@ -378,19 +367,11 @@ func (c *Controller) desired(b Binding) ([]target, error) {
 // targets: the load balancer sends to the node port, and kube-proxy
 // forwards.
 func (c *Controller) desiredNodes(ctx context.Context, b Binding) ([]target, error) {
-	o, ok, err := c.services.GetByKey(b.Namespace + "/" + b.ServiceName)
+	sp, ok, err := c.servicePort(b)
 	if err != nil || !ok {
 		return nil, err
 	}
-	svc := o.(*corev1.Service)
-	var nodePort int32
-	for _, p := range svc.Spec.Ports {
-		if (b.ServicePort.Type == intstr.String && p.Name == b.ServicePort.StrVal) ||
-			(b.ServicePort.Type == intstr.Int && p.Port == b.ServicePort.IntVal) {
-			nodePort = p.NodePort
-		}
-	}
-	if nodePort == 0 {
+	if sp.NodePort == 0 {
 		return nil, fmt.Errorf("service %s/%s has no node port for %s: an instance binding needs a NodePort or LoadBalancer Service", b.Namespace, b.ServiceName, b.ServicePort.String())
 	}
 	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -403,14 +384,37 @@ func (c *Controller) desiredNodes(ctx context.Context, b Binding) ([]target, err
 		for _, cond := range n.Status.Conditions {
 			ready = ready || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue
 		}
+		if !ready {
+			continue
+		}
 		for _, a := range n.Status.Addresses {
-			if ready && a.Type == corev1.NodeInternalIP {
-				out = append(out, target{ip: a.Address, port: nodePort})
+			if a.Type == corev1.NodeInternalIP {
+				out = append(out, target{ip: a.Address, port: sp.NodePort})
 				break
 			}
 		}
 	}
 	return out, nil
+}
+
+// servicePort is the port of the binding's Service it names (by name or
+// number); ok is false while the Service is not in the cache, and an error
+// says the Service has no such port.
+func (c *Controller) servicePort(b Binding) (sp corev1.ServicePort, ok bool, err error) {
+	o, ok, err := c.services.GetByKey(b.Namespace + "/" + b.ServiceName)
+	if err != nil || !ok {
+		return sp, false, err
+	}
+	for _, p := range o.(*corev1.Service).Spec.Ports {
+		if (b.ServicePort.Type == intstr.String && p.Name == b.ServicePort.StrVal) ||
+			(b.ServicePort.Type == intstr.Int && p.Port == b.ServicePort.IntVal) {
+			sp, ok = p, true
+		}
+	}
+	if !ok {
+		return sp, false, fmt.Errorf("service %s/%s has no port %s", b.Namespace, b.ServiceName, b.ServicePort.String())
+	}
+	return sp, true, nil
 }
 
 func deref(b *bool) bool { return b != nil && *b }
