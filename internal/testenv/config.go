@@ -179,9 +179,31 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 		pauseImage, filepath.Join(c, "runc"), p.cniConf(), p.registries())
 }
 
-// cniConfig is a bridge network on BridgeName. No masquerade: pods talk only
-// to each other and to the host, so the plugin adds no iptables rules.
-func cniConfig(p paths) string {
+// node is what differs between the cluster's nodes: the first runs on the
+// host's network, a second (AddNode) in a network namespace of its own.
+type node struct {
+	name, ip string
+	// bridge is the CNI bridge, gateway its address, podSubnet its pods'.
+	bridge, gateway, podSubnet string
+	// dir holds the node's containerd, CNI and kubelet state.
+	dir paths
+	// proxyHealthz is kube-proxy's health address; cgroupRoot the
+	// kubelet's ("" is the host's root).
+	proxyHealthz, cgroupRoot string
+	// taint, when set, is a NoSchedule taint key the node registers with.
+	taint string
+}
+
+// firstNode is the node on the host's network.
+func firstNode(p paths) node {
+	return node{name: NodeName, ip: HostIP, bridge: BridgeName, gateway: HostIP, podSubnet: PodSubnet, dir: p, proxyHealthz: "127.0.0.1:10256"}
+}
+
+// cniConfig is a bridge network on the node's bridge. No masquerade: pods
+// talk only to each other and to the host, so the plugin adds no iptables
+// rules.
+func cniConfig(n node) string {
+	p := n.dir
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "draingate",
@@ -201,10 +223,20 @@ func cniConfig(p paths) string {
     }
   ]
 }
-`, BridgeName, p.join("cni", "ipam"), PodSubnet, HostIP)
+`, n.bridge, p.join("cni", "ipam"), n.podSubnet, n.gateway)
 }
 
-func kubeletConfig(p paths) string {
+// kubeletConfig is node n's kubelet's; c holds the cluster's shared files
+// (CA, resolv.conf).
+func kubeletConfig(c paths, n node) string {
+	taints := ""
+	if n.taint != "" {
+		taints = fmt.Sprintf("registerWithTaints:\n- {key: %q, effect: NoSchedule}\n", n.taint)
+	}
+	cgroupRoot := n.cgroupRoot
+	if cgroupRoot == "" {
+		cgroupRoot = "/"
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This VM is cgroup v1 without systemd.
@@ -238,17 +270,18 @@ evictionHard:
 serializeImagePulls: false
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s
-`, HostIP, p.containerdSocket(), p.join("pod-logs"), p.join("resolv.conf"), DNSIP, filepath.Join(p.pki(), "ca.crt"))
+cgroupRoot: %s
+%s`, n.ip, n.dir.containerdSocket(), n.dir.join("pod-logs"), c.join("resolv.conf"), DNSIP, filepath.Join(c.pki(), "ca.crt"), cgroupRoot, taints)
 }
 
-func kubeProxyConfig(p paths) string {
+func kubeProxyConfig(c paths, n node) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
   kubeconfig: %s
 hostnameOverride: %s
 bindAddress: %s
-healthzBindAddress: 127.0.0.1:10256
+healthzBindAddress: %s
 metricsBindAddress: 127.0.0.1:10249
 clusterCIDR: %s
 mode: iptables
@@ -263,7 +296,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, p.componentKubeconfig("kube-proxy"), NodeName, HostIP, ClusterCIDR)
+`, c.componentKubeconfig("kube-proxy"), n.name, n.ip, n.proxyHealthz, ClusterCIDR)
 }
 
 func serviceIPs() []net.IP {
@@ -286,4 +319,21 @@ func cleanEnv() []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// writeNodeConfig writes node n's containerd, CNI, kubelet and kube-proxy
+// configuration into its folder; c holds the cluster's shared files.
+func writeNodeConfig(c paths, n node) error {
+	files := map[string]string{
+		n.dir.join("containerd", "config.toml"):                 containerdConfig(n.dir, PauseImage),
+		filepath.Join(n.dir.cniConf(), "10-draingate.conflist"): cniConfig(n),
+		n.dir.join("kubelet-config.yaml"):                       kubeletConfig(c, n),
+		n.dir.join("kube-proxy-config.yaml"):                    kubeProxyConfig(c, n),
+	}
+	for path, content := range files {
+		if err := writeFile(path, content); err != nil {
+			return err
+		}
+	}
+	return nil
 }

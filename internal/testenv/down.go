@@ -80,14 +80,24 @@ func stopProcesses(ctx context.Context, p paths, st *state) (errs []error, podEr
 		}
 	}
 
-	stop("kubelet")
-	stop("kube-proxy")
-	if _, err := os.Stat(p.containerd()); err == nil {
-		podErr = removeAllPods(ctx, p, byName["containerd"])
-	}
-	stop("containerd")
-	for _, pid := range processesUsing(p.containerdSocket()) {
-		note(killPID(pid))
+	// The second node's first, then the first's: the kubelet, kube-proxy,
+	// the pods, containerd and its shims.
+	second := secondNode(p)
+	nodes := []struct {
+		suffix string
+		dir    paths
+		wrap   []string
+	}{{"-node2", second.dir, inSecondNetNS()}, {"", p, nil}}
+	for _, n := range nodes {
+		stop("kubelet" + n.suffix)
+		stop("kube-proxy" + n.suffix)
+		if _, err := os.Stat(n.dir.containerd()); err == nil {
+			podErr = errors.Join(podErr, removeAllPods(ctx, n.dir, p, byName["containerd"+n.suffix], n.suffix, n.wrap))
+		}
+		stop("containerd" + n.suffix)
+		for _, pid := range processesUsing(n.dir.containerdSocket()) {
+			note(killPID(pid))
+		}
 	}
 	note(killCgroupProcesses(st))
 	for i := len(st.Processes) - 1; i >= 0; i-- {
@@ -118,6 +128,9 @@ func undoHostChanges(runDir string, st *state) []error {
 	for _, e := range removeNetNS(st) {
 		note(e)
 	}
+	for _, e := range removeOwnNetNS(st) {
+		note(e)
+	}
 	note(unmountUnder(runDir))
 	for _, e := range restoreSysctls(st) {
 		note(e)
@@ -131,27 +144,36 @@ func undoHostChanges(runDir string, st *state) []error {
 	return errs
 }
 
-// removeAllPods removes every pod sandbox through the CRI. When the run's
-// containerd is gone (its owner was killed mid-way) a containerd is started on
-// the same state just for this, so that the CNI teardown still runs.
-func removeAllPods(ctx context.Context, p paths, ctrd process) error {
-	sock := p.containerdSocket()
-	cfg := p.join("containerd", "config.toml")
+// removeAllPods removes every pod sandbox of the node whose folder is dir
+// through the CRI. When the node's containerd is gone (its owner was killed
+// mid-way) a containerd is started on the same state just for this, run by
+// wrap (the second node's: in its network namespace, if still there), so
+// that the CNI teardown still runs; its log is run's containerd-cleanup plus
+// suffix.
+func removeAllPods(ctx context.Context, dir, run paths, ctrd process, suffix string, wrap []string) error {
+	sock := dir.containerdSocket()
+	cfg := dir.join("containerd", "config.toml")
 	if ctrd.PID != 0 && ctrd.alive() {
 		return removePods(ctx, sock)
 	}
 	if _, err := os.Stat(cfg); err != nil {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(p.containerd(), "root", "io.containerd.grpc.v1.cri", "sandboxes")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir.containerd(), "root", "io.containerd.grpc.v1.cri", "sandboxes")); err != nil {
 		return nil // no pod ever ran
 	}
-	logf, err := os.OpenFile(p.log("containerd-cleanup"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if len(wrap) > 0 {
+		if _, err := os.Stat(filepath.Join(netnsDir, secondNetNS)); err != nil {
+			return nil // the namespace, and the pods' network with it, is gone
+		}
+	}
+	logf, err := os.OpenFile(run.log("containerd-cleanup"+suffix), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command("containerd", "--config="+cfg)
+	argv := append(wrap, "containerd", "--config="+cfg)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

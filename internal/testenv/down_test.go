@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,33 @@ func TestHelperClusterUp(t *testing.T) {
 		var p *corev1.Pod
 		p, err = c.Client.CoreV1().Pods("default").Get(ctx, "leftover", metav1.GetOptions{})
 		if err == nil && p.Status.Phase == corev1.PodRunning {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The second node, with a pod of its own that the host reaches
+	// through the node's namespace: a namespace, a veth, cgroups and
+	// routes that Down must remove too.
+	if err == nil {
+		err = c.AddNode(ctx)
+	}
+	if err == nil {
+		_, err = c.Client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "leftover2", Labels: labels},
+			Spec: corev1.PodSpec{
+				NodeName:    SecondNodeName,
+				Tolerations: []corev1.Toleration{{Key: SecondNodeTaint, Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{
+					Name: "app", Image: TestAppImage, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+				}},
+			},
+		}, metav1.CreateOptions{})
+	}
+	for err == nil {
+		var p *corev1.Pod
+		p, err = c.Client.CoreV1().Pods("default").Get(ctx, "leftover2", metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			err = httpOK(ctx, http.DefaultClient, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/")
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -151,6 +179,12 @@ func TestDownAfterKilledRun(t *testing.T) {
 	}
 	if n := len(processesUsing(paths{dir}.containerdSocket())); n == 0 {
 		t.Fatal("no containerd shim while a pod runs")
+	}
+	if n := len(processesUsing(secondNode(paths{dir}).dir.containerdSocket())); n == 0 {
+		t.Fatal("no containerd shim on the second node while its pod runs")
+	}
+	if left := ownNetNSLeft(st); len(left) == 0 || !linkExists(secondVeth) {
+		t.Fatal("the second node's namespace or veth is missing while it runs")
 	}
 	if chains, _ := ourChains("iptables", "nat"); !slices.Contains(chains, "KUBE-SERVICES") {
 		t.Fatalf("kube-proxy chains missing while the cluster runs: %v", chains)

@@ -433,6 +433,7 @@ func leftovers(runDir string, s *state) []string {
 			out = append(out, "cgroup "+c)
 		}
 	}
+	out = append(out, ownNetNSLeft(s)...)
 	if _, err := os.Stat(runDir); err == nil {
 		out = append(out, "run folder "+runDir)
 	}

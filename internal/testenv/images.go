@@ -93,8 +93,18 @@ func (c *Cluster) imageTarball(ref string) string {
 	return filepath.Join(c.paths.images(), strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
 }
 
+// importTarball imports the image into every node's containerd.
 func (c *Cluster) importTarball(ctx context.Context, ref, tarPath string) error {
-	cmd := exec.CommandContext(ctx, "ctr", "--address", c.paths.containerdSocket(), "-n", "k8s.io", "images", "import", "--no-unpack=false", tarPath)
+	for _, sock := range c.containerdSockets() {
+		if err := importInto(ctx, sock, ref, tarPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func importInto(ctx context.Context, socket, ref, tarPath string) error {
+	cmd := exec.CommandContext(ctx, "ctr", "--address", socket, "-n", "k8s.io", "images", "import", "--no-unpack=false", tarPath)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("import image %s: %w: %s", ref, err, strings.TrimSpace(string(b)))
 	}

@@ -34,6 +34,8 @@ type state struct {
 	Cgroups []string `json:"cgroups"`
 	// NetNS lists network namespace files that existed before the run.
 	NetNS []string `json:"netns"`
+	// OwnNetNS lists network namespaces the run made (the second node's).
+	OwnNetNS []string `json:"ownNetns,omitempty"`
 }
 
 type process struct {

@@ -398,19 +398,13 @@ func (c *Cluster) writeConfig(context.Context) error {
 			return err
 		}
 	}
-	files := map[string]string{
-		c.paths.join("containerd", "config.toml"):                 containerdConfig(c.paths, PauseImage),
-		filepath.Join(c.paths.cniConf(), "10-draingate.conflist"): cniConfig(c.paths),
-		c.paths.join("kubelet-config.yaml"):                       kubeletConfig(c.paths),
-		c.paths.join("kube-proxy-config.yaml"):                    kubeProxyConfig(c.paths),
-		// Pods with dnsPolicy Default get this: no upstream resolver, the
-		// network is closed.
-		c.paths.join("resolv.conf"): "options ndots:1\n",
+	// Pods with dnsPolicy Default get this: no upstream resolver, the
+	// network is closed.
+	if err := writeFile(c.paths.join("resolv.conf"), "options ndots:1\n"); err != nil {
+		return err
 	}
-	for path, content := range files {
-		if err := writeFile(path, content); err != nil {
-			return err
-		}
+	if err := writeNodeConfig(c.paths, firstNode(c.paths)); err != nil {
+		return err
 	}
 	return c.loadClient()
 }
@@ -582,8 +576,10 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	return c.waitReady(ctx, "kubelet", 90*time.Second, c.nodeReady)
 }
 
-func (c *Cluster) nodeReady(ctx context.Context) error {
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+func (c *Cluster) nodeReady(ctx context.Context) error { return c.nodeReadyNamed(ctx, NodeName) }
+
+func (c *Cluster) nodeReadyNamed(ctx context.Context, name string) error {
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -592,10 +588,10 @@ func (c *Cluster) nodeReady(ctx context.Context) error {
 			if cond.Status == corev1.ConditionTrue {
 				return nil
 			}
-			return fmt.Errorf("node %s not Ready: %s", NodeName, cond.Message)
+			return fmt.Errorf("node %s not Ready: %s", name, cond.Message)
 		}
 	}
-	return fmt.Errorf("node %s has no Ready condition yet", NodeName)
+	return fmt.Errorf("node %s has no Ready condition yet", name)
 }
 
 func (c *Cluster) startKubeProxy(ctx context.Context) error {
