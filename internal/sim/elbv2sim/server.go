@@ -603,7 +603,7 @@ func (tg *targetGroup) xml() xmlTargetGroup {
 		VpcID:           fakeVPC,
 		// The emulator always checks over HTTP, for NLB groups too.
 		HealthCheckProtocol:        "HTTP",
-		HealthCheckPort:            "traffic-port",
+		HealthCheckPort:            healthCheckPort(sp.HealthCheckPort),
 		HealthCheckEnabled:         true,
 		HealthCheckIntervalSeconds: seconds(sp.HealthCheckInterval),
 		HealthCheckTimeoutSeconds:  seconds(sp.HealthCheckTimeout),
@@ -825,6 +825,9 @@ func (s *Server) apiDescribeTargetHealth(f url.Values) (any, error) {
 		}
 		if r.registered {
 			x.HealthCheckPort = strconv.Itoa(int(r.target.Port))
+			if r.checkPort != 0 {
+				x.HealthCheckPort = strconv.Itoa(int(r.checkPort))
+			}
 		}
 		res.TargetHealthDescriptions.Items = append(res.TargetHealthDescriptions.Items, x)
 	}
@@ -853,4 +856,12 @@ func (s *Server) apiDeregisterTargets(f url.Values) (any, error) {
 		return nil, err
 	}
 	return emptyResult{}, s.deregisterTargets(arn, ts)
+}
+
+// healthCheckPort is a group's HealthCheckPort as the API writes it.
+func healthCheckPort(p int32) string {
+	if p == 0 {
+		return "traffic-port"
+	}
+	return strconv.Itoa(int(p))
 }

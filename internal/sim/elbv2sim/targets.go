@@ -53,6 +53,7 @@ type TargetGroupSpec struct {
 	CrossZone string
 
 	HealthCheckPath     string        // default "/"
+	HealthCheckPort     int32         // 0: the target's own port (AWS's "traffic-port")
 	HealthCheckInterval time.Duration // default 5s; any > 0 (AWS: 5–300 s)
 	HealthCheckTimeout  time.Duration // default 2s
 	HealthyThreshold    int           // default 2
@@ -456,7 +457,6 @@ type checkResult struct {
 // RegistrationInProgress phase is observable.
 func (s *Server) checkLoop(ctx context.Context, tg *targetGroup, key Target, gen uint64) {
 	defer s.wg.Done()
-	url := "http://" + net.JoinHostPort(key.ID, strconv.Itoa(int(key.Port))) + tg.spec.HealthCheckPath
 	checkable := key.ID == "localhost" || net.ParseIP(key.ID) != nil
 	tick := time.NewTicker(tg.spec.HealthCheckInterval)
 	defer tick.Stop()
@@ -473,13 +473,44 @@ func (s *Server) checkLoop(ctx context.Context, tg *targetGroup, key Target, gen
 		})
 		res := checkResult{reason: ReasonFailedHealthChecks, desc: "Health checks failed (the emulator checks IP addresses only)"}
 		if checkable {
-			res = s.check(ctx, url, tg.spec.HealthCheckTimeout)
+			res = s.check(ctx, s.checkURL(tg, key), tg.spec.HealthCheckTimeout)
 		}
 		if ctx.Err() != nil {
 			return // deregistered or closed while checking: the result is moot
 		}
 		s.update(tg, key, gen, func(t *target) { s.applyLocked(tg, key, t, res) })
 	}
+}
+
+// checkURL is where the next health check of the target goes: its port,
+// or the group's health check port (which SetHealthCheckPort may change
+// between checks).
+func (s *Server) checkURL(tg *targetGroup, key Target) string {
+	s.mu.Lock()
+	port, path := key.Port, tg.spec.HealthCheckPath
+	if tg.spec.HealthCheckPort != 0 {
+		port = tg.spec.HealthCheckPort
+	}
+	s.mu.Unlock()
+	return "http://" + net.JoinHostPort(key.ID, strconv.Itoa(int(port))) + path
+}
+
+// SetHealthCheckPort sets the group's health check port (0: each target's
+// own), as ModifyTargetGroup does: the AWS Load Balancer Controller points
+// an instance group of a Service with the Local traffic policy at the
+// Service's healthCheckNodePort. It applies from each target's next check.
+func (s *Server) SetHealthCheckPort(arn string, port int32) error {
+	if port < 0 || port > 65535 {
+		return errorf("ValidationError", "health check port %d is not between 1 and 65535", port)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tg, ok := s.groups[arn]
+	if !ok {
+		return errorf("TargetGroupNotFound", "target group %q not found", arn)
+	}
+	tg.spec.HealthCheckPort = port
+	return nil
 }
 
 // update runs f on the target if gen is still its current registration.
@@ -586,6 +617,7 @@ func (s *Server) emitLocked(ev Event) {
 type healthDescription struct {
 	target       Target
 	registered   bool
+	checkPort    int32 // the group's health check port; 0: the target's
 	state        State
 	reason, desc string
 }
@@ -605,7 +637,7 @@ func (s *Server) describeHealth(arn string, want []Target) ([]healthDescription,
 	var out []healthDescription
 	row := func(key Target) healthDescription {
 		if t := tg.targets[key]; t != nil {
-			return healthDescription{target: key, registered: true, state: t.state, reason: t.reason, desc: t.desc}
+			return healthDescription{target: key, registered: true, checkPort: tg.spec.HealthCheckPort, state: t.state, reason: t.reason, desc: t.desc}
 		}
 		return healthDescription{target: key, state: StateUnused, reason: ReasonNotRegistered, desc: "Target is not registered to the target group"}
 	}

@@ -261,3 +261,39 @@ func TestSubscribeDropsAndCancel(t *testing.T) {
 		}
 	}
 }
+
+// A group's health check port, once set, is where every target's checks go:
+// a target whose own port answers but whose check port fails turns
+// unhealthy, and back when the check port answers, as a node does under
+// the Local traffic policy (kube-proxy's healthCheckNodePort).
+func TestHealthCheckPort(t *testing.T) {
+	s, _ := start(t, Config{})
+	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "local", Port: 80, TargetType: TargetTypeInstance,
+		HealthCheckInterval: 50 * time.Millisecond, HealthCheckTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic, health := newBackend(t), newBackend(t)
+	tgt := traffic.target()
+	if err := s.RegisterTargets(arn, tgt); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s, arn, tgt, StateHealthy)
+	health.code.Store(http.StatusServiceUnavailable)
+	if err := s.SetHealthCheckPort(arn, health.target().Port); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s, arn, tgt, StateUnhealthy)
+	if health.hits.Load() == 0 {
+		t.Fatal("no check reached the health check port")
+	}
+	rows, err := s.describeHealth(arn, nil)
+	if err != nil || len(rows) != 1 || rows[0].checkPort != health.target().Port {
+		t.Errorf("DescribeTargetHealth rows %+v, %v: want the check port %d", rows, err, health.target().Port)
+	}
+	health.code.Store(http.StatusOK)
+	waitState(t, s, arn, tgt, StateHealthy)
+	if err := s.SetHealthCheckPort("arn:nope", 1); err == nil {
+		t.Error("SetHealthCheckPort on an unknown group: no error")
+	}
+}
