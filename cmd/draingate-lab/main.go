@@ -288,7 +288,8 @@ func loadAndRun(ctx context.Context, cl *testenv.Cluster, strategies []lab.Strat
 	return f(lab.Env{Config: cl.Config, Client: cl.Client, Kubeconfig: cl.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(),
 		ClientSources:    testenv.LBClientIPs(),
 		HAProxy:          lab.FindHAProxy(),
-		RestartAPIServer: cl.RestartAPIServer})
+		RestartAPIServer: cl.RestartAPIServer,
+		AddNode:          cl.AddNode})
 }
 
 // writeFile writes through a temporary file so a failure leaves no half file.

@@ -174,7 +174,8 @@ func TestScenariosRunAtSmallScale(t *testing.T) {
 	defer cancel()
 	loadImages(ctx, t, c)
 	const scale, replicas = 0.2, 2
-	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(), HAProxy: FindHAProxy()}
+	env := Env{Config: c.Config, Client: c.Client, Kubeconfig: c.Kubeconfig, HostIP: testenv.HostIP, LBSources: testenv.LBNodeIPs(),
+		ClientSources: testenv.LBClientIPs(), HAProxy: FindHAProxy(), AddNode: c.AddNode}
 	for _, name := range ScenarioNames() {
 		if name == "alb" {
 			continue

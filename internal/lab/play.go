@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -31,6 +32,7 @@ type play struct {
 	readyBy time.Duration
 
 	current string // bluegreen: the Deployment the Service selects
+	nodes   int    // instance targets: the Ready nodes at setup
 }
 
 const versionLabel = "version" // bluegreen: one value per ReplicaSet
@@ -47,8 +49,20 @@ func (p *play) setup(ctx context.Context, arn string) error {
 		selector = map[string]string{"app": appName, versionLabel: "0"}
 		p.current = name
 	}
-	if _, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector, p.sc), metav1.CreateOptions{}); err != nil {
+	svc, err := cl.CoreV1().Services(p.ns).Create(ctx, service(selector, p.sc), metav1.CreateOptions{})
+	if err != nil {
 		return err
+	}
+	if p.sc.LocalPolicy && arn != "" {
+		// What the AWS Load Balancer Controller sets on the group.
+		if err := p.r.emu.SetHealthCheckPort(arn, svc.Spec.HealthCheckNodePort); err != nil {
+			return err
+		}
+	}
+	if p.sc.instance() {
+		if p.nodes, err = readyNodes(ctx, cl); err != nil {
+			return err
+		}
 	}
 	if arn != "" {
 		b := lbc.Binding{Namespace: p.ns, Name: tgbName, TargetGroupARN: arn, ServiceName: appName, ServicePort: intstr.FromInt32(80), TargetType: p.sc.targetType()}
@@ -200,9 +214,26 @@ func (p *play) restartOne(ctx context.Context, i int) error {
 // one per pod, or with instance targets the cluster's one node.
 func (p *play) targets() int {
 	if p.sc.instance() {
-		return 1
+		return p.nodes
 	}
 	return p.r.o.Replicas
+}
+
+// readyNodes counts the cluster's Ready nodes: an instance group's targets.
+func readyNodes(ctx context.Context, cl kubernetes.Interface) (int, error) {
+	nodes, err := cl.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, nd := range nodes.Items {
+		for _, c := range nd.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // stopBy is the longest the kubelet may take to stop one of the pods:

@@ -105,10 +105,27 @@ type Env struct {
 	// it again and returns how long the stop took (testenv's
 	// Cluster.RestartAPIServer); nil when the lab cannot.
 	RestartAPIServer func(ctx context.Context, down time.Duration) (stopping time.Duration, err error)
+	// AddNode starts the cluster's second node, tainted with testenv's
+	// SecondNodeTaint, if not yet running (testenv's Cluster.AddNode);
+	// nil when the lab cannot. The local-policy scenario needs it.
+	AddNode func(ctx context.Context) error
 }
 
 // Run measures every strategy in turn and returns the report.
 func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error) {
+	var localNotes []string
+	if o.Scenario.LocalPolicy {
+		if env.AddNode == nil {
+			return rep, errors.New("the local-policy scenario needs a second node (Env.AddNode): run it on the lab's own cluster")
+		}
+		if err := env.AddNode(ctx); err != nil {
+			return rep, fmt.Errorf("local-policy: start the second node: %w", err)
+		}
+		if o.Replicas != 2 {
+			localNotes = append(localNotes, fmt.Sprintf("local-policy: 2 replicas, one per node (--replicas %d does not apply)", o.Replicas))
+		}
+		o.Replicas = 2
+	}
 	rep = report.Report{Scenario: o.Scenario.Name, TimeScale: o.TimeScale, Replicas: o.Replicas, Rollouts: o.Rollouts, RPS: o.RPS}
 	if o.Load.Shape == "" {
 		o.Load = DefaultLoad().Scaled(o.TimeScale)
@@ -116,8 +133,15 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 	if err := o.Load.Validate(o.Scenario); err != nil {
 		return rep, err
 	}
+	if o.Scenario.LocalPolicy && !o.Load.PreserveClientIP {
+		// An NLB's instance targets keep their clients' addresses,
+		// always; the Local policy is what keeps them to the pod.
+		o.Load.PreserveClientIP = true
+		localNotes = append(localNotes, "local-policy: the load balancer keeps its clients' addresses (instance targets always do)")
+	}
 	rep.Load = o.Load.String()
 	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))
+	rep.Notes = append(rep.Notes, localNotes...)
 	if o.TimeScale != 1 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("time-scale %g: every scenario duration and sleep multiplied by %g, and the load's rate divided by it (%s)", o.TimeScale, o.TimeScale, o.loadRate()))
 	}

@@ -74,6 +74,15 @@ type Scenario struct {
 	// default) or "instance" (nodes are, at the Service's node port, and
 	// kube-proxy forwards to pods).
 	TargetType string
+	// LocalPolicy plays a LoadBalancer Service with externalTrafficPolicy
+	// Local behind instance targets, on two nodes (Env.AddNode): one pod
+	// per node (required anti-affinity; maxSurge 0, maxUnavailable 1), so
+	// that every pod that stops is the last of its node. The target group
+	// checks each node at the Service's healthCheckNodePort, where
+	// kube-proxy answers 503 once its node has no ready pod: the load
+	// balancer drains a node by its health checks, never by a
+	// deregistration. Implies TargetType instance.
+	LocalPolicy bool
 	// LBNodes is how many nodes the load balancer's data plane has: each
 	// draws its own propagation delay per target change and connects to
 	// targets from its own source address; clients spread over them as DNS
@@ -155,8 +164,17 @@ var Scenarios = func() map[string]Scenario {
 	// The AWS Load Balancer Controller's default target type for Ingress.
 	instance := alb
 	instance.Name, instance.TargetType = "alb-instance", elbv2sim.TargetTypeInstance
+	// A LoadBalancer Service, which the AWS Load Balancer Controller
+	// gives an NLB, with the Local policy: instance targets checked at
+	// healthCheckNodePort every 10 s, unhealthy after 2 failures. AWS
+	// documents no time for an NLB to stop new connections to an unhealthy
+	// target; users measured 30–40 s: the data plane draws 10–40 s.
+	local := nlb
+	local.Name, local.LocalPolicy, local.TargetType = "local-policy", true, elbv2sim.TargetTypeInstance
+	local.PropagationMin, local.PropagationMax = 10*time.Second, 40*time.Second
+	local.HealthCheckInterval = 10 * time.Second
 	out := map[string]Scenario{}
-	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic, ing, instance} {
+	for _, sc := range []Scenario{alb, nlb, albSlow, lagging, slowAWS, blueGreen, restart, sidecar, generic, ing, instance, local} {
 		out[sc.Name] = sc
 	}
 	return out
@@ -223,7 +241,9 @@ func (s Scenario) propagation(seed uint64) dataplane.Propagation {
 }
 
 // instance says the target group's targets are nodes.
-func (s Scenario) instance() bool { return s.TargetType == elbv2sim.TargetTypeInstance }
+func (s Scenario) instance() bool {
+	return s.TargetType == elbv2sim.TargetTypeInstance || s.LocalPolicy
+}
 
 // targetType is the target group's type, ip unless instance.
 func (s Scenario) targetType() string {
@@ -250,6 +270,7 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.Sidecar, "sidecar", s.Sidecar, "a lab webhook called after draingate's adds a proxy sidecar that stops accepting on SIGTERM")
 	fs.StringVar(&s.LoadBalancer, "lb", s.LoadBalancer, "load balancer type: application or network")
 	fs.BoolVar(&s.GenericLB, "generic-lb", s.GenericLB, "a load balancer draingate cannot query (GKE, Azure, MetalLB): the app's Service of type LoadBalancer, draingate installed with targetGroups=false")
+	fs.BoolVar(&s.LocalPolicy, "local-policy", s.LocalPolicy, "a LoadBalancer Service with externalTrafficPolicy Local on two nodes, one pod each: instance targets health-checked at its healthCheckNodePort, each node drained by its checks")
 	fs.BoolVar(&s.Ingress, "ingress", s.Ingress, "an in-cluster ingress instead of the load balancer: --lb-nodes HAProxy replicas on the host's network fed from the app Service's EndpointSlices (hack/install-haproxy.sh unpacks Debian's HAProxy)")
 	fs.DurationVar(&s.IngressSyncEvery, "ingress-sync-every", s.IngressSyncEvery, "ingress: least time between two syncs of a replica (ingress-nginx's --sync-rate-limit 0.3/s: 3.333s)")
 	fs.DurationVar(&s.IngressPickup, "ingress-pickup", s.IngressPickup, "ingress: a sync takes effect at the next tick of this period, each replica's phase drawn (ingress-nginx's Lua workers poll every 1s)")
@@ -293,6 +314,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("durations must not be negative")
 	case s.TargetType != "" && s.TargetType != elbv2sim.TargetTypeIP && s.TargetType != elbv2sim.TargetTypeInstance:
 		return fmt.Errorf("target-type %q: want ip or instance", s.TargetType)
+	case s.LocalPolicy && s.Workload != Rolling:
+		return fmt.Errorf("local-policy plays the %s workload only", Rolling)
 	case s.instance() && (s.Ingress || s.GenericLB || s.Workload == BlueGreen):
 		return fmt.Errorf("instance targets play the emulated load balancer with rolling updates or restarts: not with ingress, generic-lb or bluegreen")
 	case s.Ingress && s.GenericLB:

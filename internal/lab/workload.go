@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/internal/sim/lbc"
+	"draingate.dev/draingate/internal/testenv"
 )
 
 // DemoImage is the demo app's image (cmd/draingate-demoapp), built offline.
@@ -66,22 +67,37 @@ func deployment(name string, labels map[string]string, replicas int32, st Strate
 		gates = []corev1.PodReadinessGate{{ConditionType: lbc.ReadinessGatePrefix + tgbName}}
 	}
 	maxSurge, maxUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
+	var spec corev1.PodSpec
+	var minReady int32
+	if sc.LocalPolicy {
+		// One pod per node, on both nodes, each the last of its node when
+		// it stops; the next one stops only once the load balancer has
+		// its replacement's node back (healthy checks, then propagation),
+		// as users of such Services set minReadySeconds for.
+		maxSurge, maxUnavailable = intstr.FromInt32(0), intstr.FromInt32(1)
+		spec.Tolerations = []corev1.Toleration{{Key: testenv.SecondNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelHostname}},
+		}}
+		minReady = int32(math.Ceil((time.Duration(sc.HealthyThreshold)*sc.HealthCheckInterval + sc.PropagationBound()).Seconds()))
+	}
+	spec.TerminationGracePeriodSeconds = ptr.To(graceSeconds)
+	spec.ReadinessGates = gates
+	spec.Containers = []corev1.Container{c}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Replicas:        ptr.To(replicas),
+			MinReadySeconds: minReady,
+			Selector:        &metav1.LabelSelector{MatchLabels: labels},
 			Strategy: appsv1.DeploymentStrategy{
 				Type:          appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &maxSurge, MaxUnavailable: &maxUnavailable},
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To(graceSeconds),
-					ReadinessGates:                gates,
-					Containers:                    []corev1.Container{c},
-				},
+				Spec:       spec,
 			},
 		},
 	}
@@ -97,6 +113,11 @@ func service(selector map[string]string, sc Scenario) *corev1.Service {
 		},
 	}
 	switch {
+	case sc.LocalPolicy:
+		// kube-proxy serves it per node, and answers its
+		// healthCheckNodePort for the load balancer's checks.
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	case sc.GenericLB:
 		// No cloud controller gives it an address; its type is what
 		// draingate's external routes look for.
