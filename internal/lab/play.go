@@ -92,7 +92,13 @@ func (p *play) setup(ctx context.Context, arn string) error {
 // rolledOut waits for a Deployment's rollout and checks the gate's
 // injection.
 func (p *play) rolledOut(ctx context.Context, name string) error {
-	if err := p.r.waitRollout(ctx, p.ns, name, p.readyBy); err != nil {
+	by := p.readyBy
+	if p.sc.LocalPolicy {
+		// maxSurge 0: each new pod waits for the stop of the one it
+		// replaces, then minReadySeconds.
+		by += time.Duration(p.r.o.Replicas) * (p.stopBy() + localMinReady(p.sc))
+	}
+	if err := p.r.waitRollout(ctx, p.ns, name, by); err != nil {
 		return fmt.Errorf("deployment %s: %w", name, err)
 	}
 	if p.gate != nil {

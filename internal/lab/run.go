@@ -122,7 +122,7 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 			return rep, fmt.Errorf("local-policy: start the second node: %w", err)
 		}
 		if o.Replicas != 2 {
-			localNotes = append(localNotes, fmt.Sprintf("local-policy: 2 replicas, one per node (--replicas %d does not apply)", o.Replicas))
+			localNotes = append(localNotes, fmt.Sprintf("2 replicas, one per node (--replicas %d does not apply)", o.Replicas))
 		}
 		o.Replicas = 2
 	}
@@ -137,7 +137,7 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 		// An NLB's instance targets keep their clients' addresses,
 		// always; the Local policy is what keeps them to the pod.
 		o.Load.PreserveClientIP = true
-		localNotes = append(localNotes, "local-policy: the load balancer keeps its clients' addresses (instance targets always do)")
+		localNotes = append(localNotes, "the load balancer keeps its clients' addresses (instance targets always do)")
 	}
 	rep.Load = o.Load.String()
 	rep.Notes = append(rep.Notes, fmt.Sprintf("seed %d (repeat the random draws with --seed %d)", o.Seed, o.Seed))

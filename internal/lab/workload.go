@@ -80,7 +80,7 @@ func deployment(name string, labels map[string]string, replicas int32, st Strate
 			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelHostname}},
 		}}
-		minReady = int32(math.Ceil((time.Duration(sc.HealthyThreshold)*sc.HealthCheckInterval + sc.PropagationBound()).Seconds()))
+		minReady = int32(localMinReady(sc).Seconds())
 	}
 	spec.TerminationGracePeriodSeconds = ptr.To(graceSeconds)
 	spec.ReadinessGates = gates
@@ -101,6 +101,14 @@ func deployment(name string, labels map[string]string, replicas int32, st Strate
 			},
 		},
 	}
+}
+
+// localMinReady is the local-policy Deployment's minReadySeconds: a new
+// pod's node turns healthy again after the healthy threshold's checks, and
+// every load balancer node learns it within the propagation bound.
+func localMinReady(sc Scenario) time.Duration {
+	d := time.Duration(sc.HealthyThreshold)*sc.HealthCheckInterval + sc.PropagationBound()
+	return time.Duration(math.Ceil(d.Seconds())) * time.Second
 }
 
 // service selects the app's pods by selector, of the type sc needs.
