@@ -24,7 +24,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--strategies", "none,none"}, `strategy "none" given twice`},
 		{[]string{"run", "--strategies", "gate"}, `unknown strategy "gate": want none, sleep:DURATION, draingate or draingate-tail`},
 		{[]string{"run", "--strategies", "draingate,none,draingate"}, `strategy "draingate" given twice`},
-		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, alb-instance, alb-slow, bluegreen, generic-lb, ingress, lag-past-deadline, nlb, restart, sidecar, slow-aws`},
+		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, alb-instance, alb-slow, bluegreen, generic-lb, ingress, lag-past-deadline, local-policy, nlb, restart, sidecar, slow-aws`},
 		{[]string{"run", "--rps", "0"}, "--rps must be at least 1"},
 		{[]string{"run", "--time-scale", "-1"}, "--time-scale must be positive"},
 		{[]string{"run", "--propagation-min", "30s", "--propagation-max", "1s"}, "propagation-max 1s is below propagation-min 30s"},
