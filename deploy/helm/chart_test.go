@@ -374,6 +374,8 @@ func TestDefaultArgs(t *testing.T) {
 		"max-wait":               "30s",
 		"traffic-evidence":       "true",
 		"traffic-epsilon":        "1e-06",
+		"learn-tails":            "true",
+		"learn-tails-shorten":    "false",
 		"shutdown-reserve":       "5s",
 		"log-format":             "text",
 		"log-level":              "info",

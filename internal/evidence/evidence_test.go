@@ -219,6 +219,17 @@ func TestSourcesFadeOneByOne(t *testing.T) {
 			if !strings.Contains(a.Detail, "from 3 sources (3 fitted") {
 				t.Errorf("detail does not count 3 fitted sources: %s", a.Detail)
 			}
+			// What the route taught of its load balancer: each node's
+			// stop, its last arrival plus its mean gap (7/s).
+			if len(a.Stops) != 3 {
+				t.Fatalf("stops %v: want one per fitted source", a.Stops)
+			}
+			for i, st := range a.Stops {
+				last := et.Last(ss[i])
+				if st.Addr.String() != fmt.Sprintf("10.0.0.%d", i+1) || st.At.Before(last) || st.At.After(last.Add(time.Second)) {
+					t.Errorf("stop %d: %s at %v, want 10.0.0.%d within a gap after its last arrival %v", i, st.Addr, st.At, i+1, last)
+				}
+			}
 		})
 	}
 }

@@ -93,6 +93,17 @@ type Closing struct {
 	// LastArrival is the latest arrival weighed (zero if none): should the
 	// evidence go missing, the route is held a tail after it.
 	LastArrival time.Time
+	// Stops, on a closed route, says when each source the evidence
+	// trusted stopped sending: what the load balancer's nodes taught of
+	// its propagation (internal/learn).
+	Stops []Stop
+}
+
+// Stop is when one source, fitted and trusted, stopped sending: its last
+// arrival plus its mean gap (1 / its rate), when its next arrival was due.
+type Stop struct {
+	Addr netip.Addr
+	At   time.Time
 }
 
 // Judge judges, at now, a route whose owner took the pod out. ok is false
@@ -140,7 +151,7 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 			"open until a successful read confirms the pod is still out", api.Stamp(j.closeAt), r.Err)
 		return c, true
 	}
-	c.Closed = true
+	c.Closed, c.Stops = true, j.stops
 	c.ClosedBy, c.Detail, c.Why = j.closed(now, end, what, r.TailName, tail)
 	return c, true
 }
@@ -228,6 +239,8 @@ type quietJudgement struct {
 	// app's to close, shown, never weighed.
 	conns bool
 	open  int
+	// stops are the trusted sources' stops (Closing.Stops).
+	stops []Stop
 	// untrusted, when set, says why the evidence may not close the route
 	// before its tail's end although every source it weighed was fitted:
 	// its senders are not known, one was not seen, or a source's shape
@@ -260,6 +273,7 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 	tailEnd := r.OutSince.Add(tail)
 	j.evidenceAt = ev.At
 	var weigh []Arrivals
+	var addrs []netip.Addr // weigh's sources' addresses (none for Unknown)
 	seen := map[netip.Addr]bool{}
 	for _, s := range ev.Sources {
 		a := s.Arrivals
@@ -281,6 +295,7 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			j.others += a.N
 		default:
 			weigh = append(weigh, a)
+			addrs = append(addrs, s.Addr)
 			seen[s.Addr] = true
 		}
 	}
@@ -293,7 +308,7 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 	// ask comes before the pod's traffic was watched for long, so the
 	// route closes at the tail's end only on a report from then on.
 	var end time.Time // the latest of the sources' quiet ends
-	for _, a := range weigh {
+	for i, a := range weigh {
 		j.sources++
 		j.arrived += a.N
 		last := a.latest()
@@ -319,6 +334,9 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 				j.minRate = f.Rate
 			}
 			j.maxRate = max(j.maxRate, f.Rate)
+			if i < len(addrs) && f.Rate > 0 {
+				j.stops = append(j.stops, Stop{Addr: addrs[i], At: last.Add(time.Duration(float64(time.Second) / f.Rate))})
+			}
 		} else if f.Unfit != "" && j.untrusted == "" {
 			j.untrusted = f.Unfit
 		}

@@ -222,3 +222,35 @@ func TestMissingEvidenceHoldsARoute(t *testing.T) {
 		t.Errorf("a tail after the last arrival: released %v, closed by %q: %s", v.Released, v.Routes[0].ClosedBy, v.Message)
 	}
 }
+
+// TestStopsAreRememberedOnce: the step that closes a route by its evidence
+// keeps each trusted source's stop in the route's memory, for the server
+// to learn from; later steps keep the first ones.
+func TestStopsAreRememberedOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	out := t0.Add(time.Second)
+	s := steady(rng, out.Add(3*time.Second))
+	pod := Pod{Name: "p", Namespace: "ns", UID: "u", Terminating: true}
+	var mem Memory
+	var v api.Verdict
+	var closedAt time.Time
+	for now := out; now.Before(out.Add(time.Minute)) && !v.Released; now = now.Add(200 * time.Millisecond) {
+		pod.Traffic = report(now, s)
+		v, mem = Step(now, pod, mem, []Observation{tgOut(time.Minute)})
+		closedAt = now
+	}
+	m := mem.Routes[RouteKey{"targetgroup", "tg"}]
+	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
+		t.Fatalf("not closed by traffic: %s", v.Message)
+	}
+	last := et.Last(s)
+	if len(m.Stops) != 1 || m.Stops[0].At.Before(last) || m.Stops[0].At.After(last.Add(time.Second)) {
+		t.Fatalf("stops %v, want one within a gap after the last arrival %v", m.Stops, last)
+	}
+	first := m.Stops[0]
+	pod.Traffic = report(closedAt.Add(time.Second), s)
+	_, mem = Step(closedAt.Add(time.Second), pod, mem, []Observation{tgOut(time.Minute)})
+	if got := mem.Routes[RouteKey{"targetgroup", "tg"}].Stops; len(got) != 1 || got[0] != first {
+		t.Errorf("a later step changed the stops: %v, want %v", got, first)
+	}
+}

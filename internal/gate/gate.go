@@ -74,6 +74,11 @@ type RouteMemory struct {
 	// so that evidence that held it open past its tail, then went missing,
 	// never lets it close at once.
 	LastArrival time.Time
+	// Stops are, once the traffic evidence closed the route, when each
+	// source it trusted stopped sending (evidence.Closing.Stops), from
+	// the first step that closed it: what the route taught of its load
+	// balancer's propagation. Kept by this replica only.
+	Stops []evidence.Stop
 }
 
 // Memory is everything the gate keeps about one terminating pod between
@@ -172,6 +177,9 @@ func judge(now time.Time, prev, next Memory, obs []Observation, ev *evidence.Evi
 		}
 		a := Assess(now, o, m, ev)
 		m.LastArrival = later(m.LastArrival, a.lastArrival)
+		if a.Phase == PhaseClosed && len(m.Stops) == 0 {
+			m.Stops = a.stops
+		}
 		next.Routes[k] = m
 		judged[k] = a
 	}

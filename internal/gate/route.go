@@ -110,6 +110,8 @@ type Assessment struct {
 	// lastArrival is the latest arrival the evidence weighed for the
 	// route (zero without evidence), for RouteMemory.LastArrival.
 	lastArrival time.Time
+	// stops are the evidence's stops when it closed the route.
+	stops []evidence.Stop
 }
 
 // Assess judges one observation at now, given what the gate remembers of
@@ -170,7 +172,7 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 				return Assessment{Phase: PhaseOut, Route: r, lastArrival: c.LastArrival}
 			}
 			r.State, r.ClosedBy = StateClosed, c.ClosedBy
-			return Assessment{Phase: PhaseClosed, Route: r, Why: c.Why, lastArrival: c.LastArrival}
+			return Assessment{Phase: PhaseClosed, Route: r, Why: c.Why, lastArrival: c.LastArrival, stops: c.Stops}
 		}
 		if held := m.LastArrival.Add(tail); held.After(end) {
 			return assessHeld(now, o, r, m.LastArrival, held)

@@ -111,3 +111,49 @@ func TestEncodeAndMerge(t *testing.T) {
 		t.Errorf(`Decode("") = %v, %v; want empty`, s, err)
 	}
 }
+
+// A learned tail never shortens the configured one by default: with few
+// samples the longest stands for the quantile and only lengthens; with
+// enough, the sure bound shortens it only when the user opted in.
+func TestLearnedTail(t *testing.T) {
+	const tail = 20 * time.Second
+	b := NewBook()
+	b.now = func() time.Time { return t0.Add(time.Hour) }
+	if got, why := b.Learned("lb").Tail(tail, true); got != tail || why != "" {
+		t.Errorf("nothing learnt: %s (%q), want the configured %s", got, why, tail)
+	}
+	for i, d := range []time.Duration{3 * time.Second, 27 * time.Second, 5 * time.Second} {
+		b.Add("lb", t0.Add(time.Duration(i)*time.Second), d)
+	}
+	l := b.Learned("lb")
+	if l.Sure || l.N != 3 || l.Bound != 27*time.Second {
+		t.Fatalf("3 samples: %+v, want the longest (27s), not sure", l)
+	}
+	if got, why := l.Tail(tail, false); got != 27*time.Second || why == "" {
+		t.Errorf("a longer propagation learnt: tail %s (%q), want 27s and why", got, why)
+	}
+	short := NewBook()
+	short.now = b.now
+	for i := range 10 {
+		short.Add("lb", t0.Add(time.Duration(i)*time.Second), 2*time.Second)
+	}
+	if got, _ := short.Learned("lb").Tail(tail, true); got != tail {
+		t.Errorf("10 short samples, opted in: tail %s, want the configured %s (too few to be sure)", got, tail)
+	}
+	for i := range 400 {
+		short.Add("lb", t0.Add(time.Duration(10+i)*time.Second), time.Duration(1+i%3)*time.Second)
+	}
+	sure := short.Learned("lb")
+	if !sure.Sure || sure.Bound > 3*time.Second {
+		t.Fatalf("410 samples of 1-3s: %+v, want a sure bound of at most 3s", sure)
+	}
+	if got, _ := sure.Tail(tail, false); got != tail {
+		t.Errorf("sure and short, not opted in: tail %s, want the configured %s", got, tail)
+	}
+	if got, why := sure.Tail(tail, true); got != sure.Bound || why == "" {
+		t.Errorf("sure and short, opted in: tail %s (%q), want the bound %s", got, why, sure.Bound)
+	}
+	if d := short.Dirty(); len(d) != 1 || d[0] != "lb" || len(short.Dirty()) != 0 {
+		t.Errorf("dirty keys: %v then cleared", d)
+	}
+}

@@ -44,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/learn"
 )
 
 // Kind is one kind of route as the server configures it, before it runs:
@@ -93,6 +94,21 @@ type Env struct {
 	// (--traffic-evidence=false): a kind then reads nothing that only
 	// evidence needs (a load balancer's senders).
 	WeighTraffic bool
+	// Learned, when set, is what this cluster's drains taught of its load
+	// balancers' propagation (internal/learn), by Learner.LearnKey: a kind
+	// lengthens its routes' tails by it (Learned.Tail), and shortens them
+	// only with ShortenTails (the user opted in).
+	Learned      *learn.Book
+	ShortenTails bool
+}
+
+// Learner is a source whose routes teach the server their load balancer's
+// propagation: when the traffic evidence closes one of its routes, each
+// trusted source's stop after the route went out is a sample for the key
+// LearnKey gives the route ("" when it learns nothing), the key the kind
+// reads back from Env.Learned.
+type Learner interface {
+	LearnKey(routeName string) string
 }
 
 // Host is what the server offers a source when starting it.

@@ -40,6 +40,7 @@ type serveFlags struct {
 	maxWait, reserve                  time.Duration
 	logFormat, logLevel               string
 	trafficEvidence, profiling        bool
+	learnTails, shortenTails          bool
 	trafficEpsilon                    float64
 	waitAPISources                    string
 	// routes are the kinds of route, each with its own flags.
@@ -73,6 +74,8 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	}
 	fs.BoolVar(&f.trafficEvidence, "traffic-evidence", true, "weigh the traffic the agents see arriving at their pods: a target group route closes once every load balancer source has gone quiet (before its tail when all of them sent enough to fit a rate, after it while one still sends); false: tails alone")
 	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from, or with a token bound to the pod; others get the answer about an unknown pod) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
+	fs.BoolVar(&f.learnTails, "learn-tails", true, "learn each load balancer's propagation from the drains the traffic evidence closed (how late its nodes sent after the target went out), share it among replicas in Leases of --namespace, and lengthen the tails of routes that evidence cannot close to it (never shorter than the configured tail)")
+	fs.BoolVar(&f.shortenTails, "learn-tails-shorten", false, "also shorten a tail to what was learnt, once 299 drains bound its 0.99-quantile at 95 % (opt-in)")
 	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", evidence.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
@@ -277,6 +280,8 @@ func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Opti
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
 		IgnoreTraffic:   !f.trafficEvidence,
+		LearnTails:      f.learnTails && f.trafficEvidence,
+		ShortenTails:    f.shortenTails,
 		Epsilon:         f.trafficEpsilon,
 		WaitAPISources:  f.waitAPISources,
 		Profiling:       f.profiling,

@@ -86,7 +86,7 @@ func certificateReady(ready func() bool) prometheus.Collector {
 func MetricNames() []string {
 	var cs collected
 	m := newMetrics(&cs)
-	cs = append(cs, m.notInjected, m.notSized, certificateReady(func() bool { return false }))
+	cs = append(cs, m.notInjected, m.notSized, certificateReady(func() bool { return false }), learnedCollector{})
 	ch := make(chan *prometheus.Desc)
 	go func() {
 		defer close(ch)

@@ -16,6 +16,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/ledger"
@@ -71,6 +72,9 @@ type pods struct {
 	// false-quiet chance the gate accepts with it.
 	ignoreTraffic bool
 	epsilon       float64
+	// learn, when set, is told what a route the evidence closed taught
+	// (learnedLocked): once per route of a pod.
+	learn func(k gate.RouteKey, outSince time.Time, stops []evidence.Stop)
 
 	synced atomic.Bool // the pod cache and the sources synced
 
@@ -120,6 +124,8 @@ type podState struct {
 	// shared says the pod's memory is shared with the other replicas (see
 	// pods.shared): it carries the agent, or its agent asked.
 	shared bool
+	// learnt are the routes whose stops were handed to pods.learn.
+	learnt map[gate.RouteKey]bool
 }
 
 func newPods() *pods {
@@ -204,6 +210,7 @@ func (p *pods) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, 
 		p.shared.Note(pod.UID, ledger.Of(st.key.String(), mem, next, now, tails))
 	}
 	st.mem = next
+	p.learnedLocked(st, next)
 	if st.timer != nil {
 		st.timer.Stop()
 		st.timer = nil

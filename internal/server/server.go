@@ -30,6 +30,7 @@ import (
 
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
+	"draingate.dev/draingate/internal/learn"
 	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
@@ -58,6 +59,10 @@ type Options struct {
 	// Linger is how long a pod counts as waiting after its agent last asked
 	// (default 60 s): its target groups stay polled that long.
 	Linger time.Duration
+	// LearnTails keeps what the drains teach of each load balancer's
+	// propagation and lengthens the tails by it (learned.go); ShortenTails
+	// also lets a sure bound shorten them (the user opts in).
+	LearnTails, ShortenTails bool
 	// IgnoreTraffic turns traffic evidence off: the agents' summaries are
 	// ignored and every route waits for its tail (the lab's draingate-tail).
 	IgnoreTraffic bool
@@ -128,7 +133,9 @@ type Server struct {
 	metrics *metrics
 	sources []route.Source
 	pods    *pods
-	ledger  *ledger.Ledger // nil without Options.Namespace
+	ledger  *ledger.Ledger  // nil without Options.Namespace
+	book    *learn.Book     // nil without Options.LearnTails
+	learned *ledger.Learned // the book's Leases; nil without a namespace
 }
 
 // New prepares a server: its route sources, cache, clients and metrics.
@@ -144,6 +151,10 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, log: o.Log, pods: newPods()}
 	s.metrics = newMetrics(o.Registry)
+	if o.LearnTails {
+		s.book = learn.NewBook()
+		o.Registry.MustRegister(learnedCollector{s.book})
+	}
 	if err := s.openRoutes(cs); err != nil {
 		return nil, err
 	}
@@ -175,6 +186,9 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("server: route memory: %w", err)
 		}
 		s.pods.shared = s.ledger
+		if s.book != nil {
+			s.learned = ledger.NewLearned(cs, o.Namespace, s.book, o.Log)
+		}
 	}
 	if w := o.Webhook; w != nil {
 		if w.Certs == nil || w.Listener == nil {
@@ -195,7 +209,8 @@ func New(o Options) (*Server, error) {
 // openRoutes opens every configured kind of route; a kind turned off
 // opens no source.
 func (s *Server) openRoutes(cs kubernetes.Interface) error {
-	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log, WeighTraffic: !s.o.IgnoreTraffic}
+	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log, WeighTraffic: !s.o.IgnoreTraffic,
+		Learned: s.book, ShortenTails: s.o.ShortenTails}
 	for _, k := range s.o.Routes {
 		src, err := k.Open(context.Background(), env)
 		if err != nil {
@@ -222,6 +237,9 @@ func (s *Server) setUpPods(cs kubernetes.Interface, scheme *runtime.Scheme) {
 	o, p := s.o, s.pods
 	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
 	p.ignoreTraffic, p.epsilon = o.IgnoreTraffic, o.Epsilon
+	if s.book != nil {
+		p.learn = s.learnStops
+	}
 	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		// No deep copy: every route change re-reads the terminating pods of
 		// its namespace, and nothing writes to what it reads.
@@ -277,6 +295,7 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		s.log.Warn("no namespace of its own (--namespace): each replica remembers terminating pods alone, and a restart starts their tails again")
 	}
+	s.runLearned(ctx)
 	host := route.Host{Cache: s.cache, Changed: s.pods.routesChanged, Sources: s.sources}
 	for _, src := range s.sources {
 		if err := src.Start(ctx, host); err != nil {

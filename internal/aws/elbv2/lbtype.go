@@ -3,6 +3,7 @@ package elbv2
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,6 +103,14 @@ func (p *Poller) TypeOf(arn string) (string, bool) {
 	defer p.mu.Unlock()
 	info, ok := p.infos[arn]
 	return info.lbType, ok
+}
+
+// LoadBalancersOf returns the load balancers in front of arn, sorted, if
+// the poller has read them.
+func (p *Poller) LoadBalancersOf(arn string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(slices.Values(p.infos[arn].lbARNs))
 }
 
 // GroupOf returns the type of the load balancer in front of arn and the

@@ -38,6 +38,7 @@ import (
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/learn"
 	"draingate.dev/draingate/internal/route"
 )
 
@@ -76,6 +77,10 @@ type Options struct {
 	CRDInterval time.Duration
 	// Log receives what an operator should know (slog.Default when nil).
 	Log *slog.Logger
+	// Learned and ShortenTails are route.Env's: the propagation learnt per
+	// load balancer (LearnKey), which lengthens the tails.
+	Learned      *learn.Book
+	ShortenTails bool
 }
 
 // Source observes target-group routes. Make it with New.
@@ -196,6 +201,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 				s.noteRoute(key, arn)
 			}
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
+			o.Tail, o.TailName = s.learnedTail(arn, o.Tail, o.TailName)
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic = true
 			o.Senders = Senders(obs, zone)
@@ -501,6 +507,32 @@ func (s *Source) Judge(state, reason, lbType string, wasRegistered bool) gate.Ob
 		o.What = "never registered: " + o.What + ", and the pod was never seen registered nor expected in it, so it is not a route"
 	}
 	return o
+}
+
+// LearnKey implements route.Learner: a group's propagation is its load
+// balancer's ("lb:" and its ARN, the first of several), or the group's own
+// ("tg:" and its ARN) while its load balancer is not known.
+func (s *Source) LearnKey(arn string) string {
+	if s.cfg.Poller != nil {
+		if lbs := s.cfg.Poller.LoadBalancersOf(arn); len(lbs) > 0 {
+			return "lb:" + lbs[0]
+		}
+	}
+	return "tg:" + arn
+}
+
+// learnedTail is a group's tail given what its load balancer's drains
+// taught: never shorter than the configured one unless the user opted in
+// (learn.Learned.Tail); the name says when it was lengthened.
+func (s *Source) learnedTail(arn string, tail time.Duration, name string) (time.Duration, string) {
+	if s.cfg.Learned == nil {
+		return tail, name
+	}
+	t, why := s.cfg.Learned.Learned(s.LearnKey(arn)).Tail(tail, s.cfg.ShortenTails)
+	if why != "" {
+		name += fmt.Sprintf(" (%s, %s)", tail, why)
+	}
+	return t, name
 }
 
 // tail picks the tail for a load balancer type: an unknown type takes the

@@ -1,0 +1,143 @@
+package learn
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The quantile a learned tail covers, and the confidence of its bound:
+// the 0.99-quantile at 95 %, which 299 samples can bound. With fewer, the
+// longest sample stands for it, which can only lengthen a wait.
+const (
+	TailQuantile = 0.99
+	TailAlpha    = 0.05
+)
+
+// Book holds one Summary per key (a load balancer, a route kind) and
+// whether each changed since it was last persisted. Safe for concurrent
+// use; the zero value is not: use NewBook.
+type Book struct {
+	mu    sync.Mutex
+	sums  map[string]*Summary
+	dirty map[string]bool
+	now   func() time.Time
+}
+
+// NewBook returns an empty book.
+func NewBook() *Book {
+	return &Book{sums: map[string]*Summary{}, dirty: map[string]bool{}, now: time.Now}
+}
+
+// Add records a duration learnt for key at at.
+func (b *Book) Add(key string, at time.Time, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sums[key]
+	if s == nil {
+		s = &Summary{}
+		b.sums[key] = s
+	}
+	s.Add(at, d)
+	b.dirty[key] = true
+}
+
+// Merge adds what another replica learnt, or what was persisted, for key.
+// It does not mark the key changed: persisting merges with the store, so
+// what this replica added itself (Add) is what it must write.
+func (b *Book) Merge(key string, other Summary) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sums[key]
+	if s == nil {
+		s = &Summary{}
+		b.sums[key] = s
+	}
+	s.Merge(other, b.now())
+}
+
+// Get returns a copy of key's summary.
+func (b *Book) Get(key string) Summary {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.sums[key]; s != nil {
+		return Summary{Samples: slices.Clone(s.Samples)}
+	}
+	return Summary{}
+}
+
+// Keys lists the keys, sorted.
+func (b *Book) Keys() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Sorted(maps.Keys(b.sums))
+}
+
+// Dirty returns the keys changed since they were last marked clean, and
+// marks them clean: the caller persists them (and marks one dirty again
+// with Touch if that fails).
+func (b *Book) Dirty() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(b.dirty))
+	clear(b.dirty)
+	return keys
+}
+
+// Touch marks key changed again (its persisting failed).
+func (b *Book) Touch(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dirty[key] = true
+}
+
+// Learned is what a key's summary says of a tail: Bound is the
+// TailQuantile's upper bound when the samples suffice (Sure), else the
+// longest sample; N is the number of samples. The zero value is nothing
+// learnt.
+type Learned struct {
+	Bound time.Duration
+	N     int
+	Sure  bool
+}
+
+// Learned returns what key's summary says now.
+func (b *Book) Learned(key string) Learned {
+	s := b.Get(key)
+	s.Prune(b.now())
+	if d, ok := s.Upper(TailQuantile, TailAlpha); ok {
+		return Learned{Bound: d, N: len(s.Samples), Sure: true}
+	}
+	d, ok := s.Max()
+	if !ok {
+		return Learned{}
+	}
+	return Learned{Bound: d, N: len(s.Samples)}
+}
+
+// Tail is the tail a route takes given its configured tail and what was
+// learnt: the longer of the two, so that a load balancer seen sending
+// later than its tail holds the next routes longer; shorter than the
+// configured tail only when shorten is set (the user opted in) and the
+// bound is sure. why, when the learnt value decided, says so as a phrase
+// ("lengthened to 27.3s by the longest of 18 propagations learnt").
+func (l Learned) Tail(configured time.Duration, shorten bool) (tail time.Duration, why string) {
+	switch {
+	case l.N == 0:
+		return configured, ""
+	case l.Bound > configured:
+		return l.Bound, fmt.Sprintf("lengthened to %s by %s", l.Bound.Round(100*time.Millisecond), l.phrase())
+	case shorten && l.Sure && l.Bound < configured:
+		return l.Bound, fmt.Sprintf("shortened to %s by %s (opted in)", l.Bound.Round(100*time.Millisecond), l.phrase())
+	}
+	return configured, ""
+}
+
+func (l Learned) phrase() string {
+	if l.Sure {
+		return fmt.Sprintf("the %g-quantile's bound at %.0f %% of %d propagations learnt", TailQuantile, 100*(1-TailAlpha), l.N)
+	}
+	return fmt.Sprintf("the longest of %d propagations learnt", l.N)
+}

@@ -1,0 +1,154 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"draingate.dev/draingate/internal/learn"
+)
+
+// What the cluster's drains taught (internal/learn) is kept here too: one
+// Lease per key (a load balancer), labelled apart from the pods' records,
+// the key and its summary in annotations. Every replica merges every Lease
+// into its book, and writes the union of a Lease's summary and its own, so
+// that a restart or a second replica starts from all of it.
+const (
+	learnedPrefix     = "draingate-learned-"
+	learnedLabelValue = "learned"
+	keyAnnotation     = "draingate.dev/learned-key"
+	learnedAnnotation = "draingate.dev/propagation"
+)
+
+// Learned keeps a learn.Book in Leases of one namespace. Make it with
+// NewLearned.
+type Learned struct {
+	cs   kubernetes.Interface
+	ns   string
+	book *learn.Book
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// NewLearned returns a store for book in namespace.
+func NewLearned(cs kubernetes.Interface, namespace string, book *learn.Book, log *slog.Logger) *Learned {
+	return &Learned{cs: cs, ns: namespace, book: book, log: log, now: time.Now}
+}
+
+// Run syncs every interval until ctx ends, then once more (what was learnt
+// last is written before the replica goes).
+func (l *Learned) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			l.logErr(l.Sync(fctx))
+			return
+		case <-t.C:
+			l.logErr(l.Sync(ctx))
+		}
+	}
+}
+
+func (l *Learned) logErr(err error) {
+	if err != nil {
+		l.log.Warn("learned propagation: not synced with its Leases (tails are lengthened by what this replica knows)", "namespace", l.ns, "err", err)
+	}
+}
+
+// Sync merges every Lease into the book, then writes each key the book
+// added samples to since the last sync. A key whose write fails is written
+// at the next sync.
+func (l *Learned) Sync(ctx context.Context) error {
+	list, err := l.cs.CoordinationV1().Leases(l.ns).List(ctx, metav1.ListOptions{LabelSelector: labelKey + "=" + learnedLabelValue})
+	if err != nil {
+		return fmt.Errorf("list the learned Leases: %w", err)
+	}
+	stored := map[string]*coordinationv1.Lease{}
+	var errs []error
+	for i := range list.Items {
+		le := &list.Items[i]
+		key := le.Annotations[keyAnnotation]
+		s, err := learn.Decode(le.Annotations[learnedAnnotation])
+		if err != nil || key == "" {
+			errs = append(errs, fmt.Errorf("Lease %s: %v (rewritten at its key's next sample)", le.Name, err))
+			continue
+		}
+		l.book.Merge(key, s)
+		stored[key] = le
+	}
+	for _, key := range l.book.Dirty() {
+		if err := l.write(ctx, key, stored[key]); err != nil {
+			l.book.Touch(key)
+			errs = append(errs, fmt.Errorf("write %s: %w", key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LeaseName is the Lease that keeps key.
+func LeaseName(key string) string {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return fmt.Sprintf("%s%016x", learnedPrefix, h.Sum64())
+}
+
+// write stores the union of the Lease's summary of key and the book's,
+// re-reading on a conflict.
+func (l *Learned) write(ctx context.Context, key string, cur *coordinationv1.Lease) error {
+	leases := l.cs.CoordinationV1().Leases(l.ns)
+	name := LeaseName(key)
+	for range 5 {
+		mine := l.book.Get(key)
+		var err error
+		if cur == nil {
+			le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.ns,
+				Labels:      map[string]string{labelKey: learnedLabelValue, "app.kubernetes.io/managed-by": "draingate"},
+				Annotations: map[string]string{keyAnnotation: key, learnedAnnotation: mine.Encode()}}}
+			_, err = leases.Create(ctx, le, metav1.CreateOptions{})
+			if !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+		} else {
+			stored, _ := learn.Decode(cur.Annotations[learnedAnnotation]) // unreadable: replaced
+			union := stored
+			union.Merge(mine, l.now())
+			le := cur.DeepCopy()
+			if le.Annotations == nil {
+				le.Annotations = map[string]string{}
+			}
+			le.Annotations[keyAnnotation], le.Annotations[learnedAnnotation] = key, union.Encode()
+			_, err = leases.Update(ctx, le, metav1.UpdateOptions{})
+			if err == nil {
+				l.book.Merge(key, union)
+				return nil
+			}
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		// Another replica wrote (or deleted) first: merge with what is
+		// there now.
+		live, gerr := leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr):
+			cur = nil
+		case gerr != nil:
+			return gerr
+		default:
+			cur = live
+		}
+	}
+	return errors.New("the Lease kept changing under five writes")
+}
