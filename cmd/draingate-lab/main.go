@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,6 +130,17 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 	fs.IntVar(&o.Rollouts, "rollouts", 1, "rollouts (blue/green switches, restarts) per strategy")
 	fs.IntVar(&o.RPS, "rps", 50, "requests per second through the data plane at full scale (like every duration, the rate follows --time-scale: 50 at 0.5 plays 100/s)")
+	fs.Func("rollout-rps", "requests/s at full scale during each rollout, comma-separated, one per --rollouts (e.g. 50,3: a busy rollout, then a quiet one); the first replaces --rps", func(v string) error {
+		o.RolloutRPS = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: want whole requests/s of at least 1", f)
+			}
+			o.RolloutRPS = append(o.RolloutRPS, n)
+		}
+		return nil
+	})
 	fs.IntVar(&o.Replicas, "replicas", 6, "Deployment replicas")
 	o.Load = lab.DefaultLoad()
 	o.Load.RegisterFlags(fs)
@@ -157,6 +169,12 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv func(string) string, stderr io.Writer, o *lab.Options) error {
 	if err := parseFlagSet(fs, errBuf, args, getenv, stderr); err != nil {
 		return err
+	}
+	if len(o.RolloutRPS) > 0 {
+		o.RPS = o.RolloutRPS[0]
+		if len(o.RolloutRPS) != o.Rollouts {
+			return fmt.Errorf("--rollout-rps has %d rates for --rollouts %d: give one per rollout", len(o.RolloutRPS), o.Rollouts)
+		}
 	}
 	if err := checkCommon(*o); err != nil {
 		return err

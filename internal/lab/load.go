@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -27,6 +28,8 @@ type load struct {
 	// Attacker.Stop would instead abort the dials in flight, failing
 	// requests the data plane never saw (the lab's consistency check).
 	stopping atomic.Bool
+	// factor scales every client's rate (float64 bits; see scale).
+	factor atomic.Uint64
 
 	mu      sync.Mutex
 	metrics vegeta.Metrics
@@ -44,6 +47,8 @@ type traffic interface {
 	routed() (requests, failures int)
 	// statuses says what the requests got, for the consistency check.
 	statuses() string
+	// scale multiplies the load's rate by f from now on (1: as started).
+	scale(f float64)
 }
 
 // startTraffic starts spec's load (see startLoad and startStreams).
@@ -64,6 +69,7 @@ func failed(code uint16) bool { return code == 0 || code >= 500 }
 // there is one.
 func startLoad(spec Load, urls, sources []string, rps int, per time.Duration, seed uint64, onResult func(at time.Time, failed bool)) *load {
 	l := &load{done: make(chan struct{}), onRes: onResult}
+	l.factor.Store(math.Float64bits(1))
 	rate := float64(rps) * float64(time.Second) / float64(per) / float64(spec.Clients)
 	var wg sync.WaitGroup
 	for c := range spec.Clients {
@@ -78,6 +84,7 @@ func startLoad(spec Load, urls, sources []string, rps int, per time.Duration, se
 		cseed := seed*7919 + uint64(c)
 		arr := newArrivals(spec, rate, cseed)
 		arr.onRate = float64(spec.OnRate) * float64(time.Second) / float64(per) / float64(spec.Clients)
+		arr.factor, arr.base, arr.baseOn = &l.factor, arr.rate, arr.onRate
 		pacer := &schedule{a: arr}
 		results := atk.Attack(spec.targeter(urls, cseed), stoppable{pacer, &l.stopping}, 0, fmt.Sprintf("client-%d", c))
 		wg.Add(1)
@@ -97,6 +104,9 @@ func startLoad(spec Load, urls, sources []string, rps int, per time.Duration, se
 	}()
 	return l
 }
+
+// scale multiplies every client's rate by f from its next arrival on.
+func (l *load) scale(f float64) { l.factor.Store(math.Float64bits(f)) }
 
 // targeter picks each request's load balancer node: round robin by the
 // nodes' weights (smooth: no node gets a run of requests) for the constant

@@ -45,6 +45,10 @@ type Options struct {
 	Replicas     int
 	Rollouts     int
 	RPS          int
+	// RolloutRPS, when set, is the load's rate (requests/s at full scale)
+	// during each rollout, one per rollout (RPS is then the first): a busy
+	// rollout may precede a quiet one.
+	RolloutRPS []int
 	// Load is the traffic's shape, clients and spread over the load
 	// balancer's nodes (already scaled).
 	Load     Load
@@ -131,6 +135,9 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 		o.Load = DefaultLoad().Scaled(o.TimeScale)
 	}
 	if err := o.Load.Validate(o.Scenario); err != nil {
+		return rep, err
+	}
+	if err := o.validateRolloutRPS(); err != nil {
 		return rep, err
 	}
 	if o.Scenario.LocalPolicy && !o.Load.PreserveClientIP {
@@ -290,6 +297,11 @@ func (r *runner) strategy(ctx context.Context, idx int, st Strategy) (res report
 		return res, err
 	}
 	r.measure(&res, pods, lb)
+	if len(res.Rollouts) > 1 {
+		for _, ro := range res.Rollouts {
+			r.notes = append(r.notes, st.Name+": "+ro.RolloutLine())
+		}
+	}
 	res.ELBv2Calls = diffCalls(callsBefore, r.emu.Calls())
 	if st.Gate {
 		r.noteGateCalls(st, &res, byBefore[gateAccessKey])
@@ -388,7 +400,7 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 	}()
 	r.progress(st, "load: %s, %s, through %d load balancer nodes", r.o.Load, r.o.loadRate(), len(p.lb.nodes))
 	time.Sleep(2 * time.Second) // a steady state before the first rollout
-	if err := r.rollouts(ctx, p, res); err != nil {
+	if err := r.rollouts(ctx, p, res, l); err != nil {
 		return err
 	}
 	r.progress(st, "%s done; waiting for stopped pods to exit and leave the data plane", r.o.Scenario.Workload)
@@ -439,10 +451,16 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 // rollouts makes the pods stop r.o.Rollouts times, each under the run's
 // chaos if it has one; a fault is over before the next rollout starts, and
 // what it did goes to res.Chaos.
-func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy) error {
+func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy, l traffic) error {
 	st := p.st
 	for i := 1; i <= r.o.Rollouts; i++ {
-		r.progress(st, "%s %d/%d", r.o.Scenario.Workload, i, r.o.Rollouts)
+		rps := r.o.RPS
+		if len(r.o.RolloutRPS) >= i {
+			rps = r.o.RolloutRPS[i-1]
+			l.scale(float64(rps) / float64(r.o.RPS))
+		}
+		res.Rollouts = append(res.Rollouts, report.Rollout{Index: i, RPS: rps, Start: time.Now()})
+		r.progress(st, "%s %d/%d, %d requests/s at full scale", r.o.Scenario.Workload, i, r.o.Rollouts, rps)
 		chaosDone := make(chan error, 1)
 		if r.o.Chaos.Kind != "" {
 			go func() {
@@ -552,6 +570,28 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 		return cmp.Or(a.SIGTERM.Compare(b.SIGTERM), strings.Compare(a.Name, b.Name))
 	})
 	res.Timeline.Rotation = rotationSteps(lb.bal)
+	res.FillRollouts()
+}
+
+// validateRolloutRPS checks --rollout-rps: one rate per rollout, each at
+// least 1, its first the run's RPS, and a load whose rate can change.
+func (o Options) validateRolloutRPS() error {
+	switch {
+	case len(o.RolloutRPS) == 0:
+		return nil
+	case len(o.RolloutRPS) != o.Rollouts:
+		return fmt.Errorf("--rollout-rps has %d rates for %d rollouts: give one per rollout", len(o.RolloutRPS), o.Rollouts)
+	case o.RolloutRPS[0] != o.RPS:
+		return fmt.Errorf("--rollout-rps starts at %d requests/s but the load starts at --rps %d", o.RolloutRPS[0], o.RPS)
+	case o.Load.Shape == Stream:
+		return errors.New("--rollout-rps: the stream load keeps its rate; use another --load")
+	}
+	for _, n := range o.RolloutRPS {
+		if n < 1 {
+			return fmt.Errorf("--rollout-rps: %d requests/s: each rate must be at least 1", n)
+		}
+	}
+	return nil
 }
 
 func throttled(sc Scenario) bool { return sc.RegistrationRefill > 0 }

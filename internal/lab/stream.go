@@ -225,3 +225,7 @@ func (s *streamLoad) statuses() string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// scale does nothing: streams keep their rate (--rollout-rps refuses the
+// stream load).
+func (s *streamLoad) scale(float64) {}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"draingate.dev/draingate/internal/sim/elbv2sim"
@@ -249,8 +250,13 @@ type arrivals struct {
 	l      Load
 	rate   float64
 	onRate float64
-	rng    *rand.Rand
-	at     time.Duration
+	// factor, when set, scales rate and onRate from base and baseOn at
+	// each arrival (float64 bits): a load whose rate changes between
+	// rollouts (--rollout-rps).
+	factor       *atomic.Uint64
+	base, baseOn float64
+	rng          *rand.Rand
+	at           time.Duration
 	// onoff: when the current burst ends; shift: nothing kept.
 	burstEnd time.Duration
 }
@@ -274,6 +280,10 @@ func (a *arrivals) exp(rate float64) time.Duration {
 
 // next returns the next arrival's time since the start.
 func (a *arrivals) next() time.Duration {
+	if a.factor != nil {
+		f := math.Float64frombits(a.factor.Load())
+		a.rate, a.onRate = a.base*f, a.baseOn*f
+	}
 	switch a.l.Shape {
 	case Constant:
 		a.at += time.Duration(float64(time.Second) / a.rate)

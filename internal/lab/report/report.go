@@ -47,6 +47,94 @@ type Strategy struct {
 	// Pods are the pods that stopped (deleted, or restarted), one each.
 	Pods     []Pod
 	Timeline Timeline
+	// Rollouts are the figures of each rollout, from its start to the
+	// next one's (the last to the end of the load): FillRollouts.
+	Rollouts []Rollout `json:",omitempty"`
+}
+
+// Rollout is one rollout's figures: the load's rate then (requests/s at
+// full scale), the requests sent in its window and how many failed (by
+// the second: a request is counted in the second it was sent), and the
+// pods deleted in it: their termination p50, how their agents released
+// them, what closed their target group routes, and how many routes took a
+// learned tail.
+type Rollout struct {
+	Index, RPS        int
+	Start, End        time.Time
+	Requests, Failed  int
+	TermP50           time.Duration
+	Pods              int
+	Releases          map[string]int `json:",omitempty"`
+	ByTail, ByTraffic int
+	// Learned counts the pods whose release said a tail was lengthened
+	// (or shortened) by what was learnt.
+	Learned int
+}
+
+// FillRollouts fills each rollout's window and figures from the timeline
+// and the pods; Rollouts must hold each one's Index, RPS and Start.
+func (s *Strategy) FillRollouts() {
+	buckets := s.Timeline.Buckets()
+	for i := range s.Rollouts {
+		ro := &s.Rollouts[i]
+		ro.End = s.Timeline.End
+		if i+1 < len(s.Rollouts) {
+			ro.End = s.Rollouts[i+1].Start
+		}
+		from, to := int64(ro.Start.Sub(s.Timeline.Start)/time.Second), int64(ro.End.Sub(s.Timeline.Start)/time.Second)
+		if i == 0 {
+			from = -1 << 62 // the steady state before the first rollout counts with it
+		}
+		ro.Requests, ro.Failed = 0, 0
+		for _, b := range buckets {
+			if b.Second >= from && (b.Second < to || i == len(s.Rollouts)-1) {
+				ro.Requests += b.Sent
+				ro.Failed += b.Failed
+			}
+		}
+		var terms []time.Duration
+		for _, p := range s.Pods {
+			if p.Deleted.IsZero() || p.Deleted.Before(ro.Start) || !p.Deleted.Before(ro.End) {
+				continue
+			}
+			ro.Pods++
+			if !p.Exit.IsZero() {
+				terms = append(terms, p.Exit.Sub(p.Deleted))
+			}
+			if p.Release != "" {
+				if ro.Releases == nil {
+					ro.Releases = map[string]int{}
+				}
+				ro.Releases[p.Release]++
+			}
+			ro.ByTail += p.Closes.Tail
+			ro.ByTraffic += p.Closes.Traffic
+			if slices.ContainsFunc(p.AgentLines, func(l string) bool { return strings.Contains(l, "propagations learnt") }) {
+				ro.Learned++
+			}
+		}
+		ro.TermP50, _ = pct(terms, 50)
+	}
+}
+
+// RolloutLine says one rollout's figures in a sentence.
+func (ro Rollout) RolloutLine() string {
+	rel := make([]string, 0, len(ro.Releases))
+	for _, k := range slices.Sorted(maps.Keys(ro.Releases)) {
+		rel = append(rel, fmt.Sprintf("%s=%d", k, ro.Releases[k]))
+	}
+	out := fmt.Sprintf("rollout %d (%d requests/s at full scale): %d failed of %d; %d stopped pods, term p50 %.1fs",
+		ro.Index, ro.RPS, ro.Failed, ro.Requests, ro.Pods, ro.TermP50.Seconds())
+	if len(rel) > 0 {
+		out += "; released by " + strings.Join(rel, " ")
+	}
+	if ro.ByTail+ro.ByTraffic > 0 {
+		out += fmt.Sprintf("; target group routes closed by traffic %d, by tail %d", ro.ByTraffic, ro.ByTail)
+	}
+	if ro.Learned > 0 {
+		out += fmt.Sprintf("; %d of them released with a learned tail", ro.Learned)
+	}
+	return out
 }
 
 // Pod is one stopped pod as the lab saw it. A zero time was not seen.

@@ -400,3 +400,37 @@ func TestEvidenceSummary(t *testing.T) {
 		t.Error("a strategy without target group closes has a summary")
 	}
 }
+
+// FillRollouts splits the requests and the stopped pods by rollout window:
+// the first window also holds the steady state before it, the last runs to
+// the end; a pod counts in the rollout in which it was deleted.
+func TestFillRollouts(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	s := Strategy{Timeline: Timeline{Start: t0, End: t0.Add(40 * time.Second)}}
+	for sec := range 40 {
+		for i := range 10 {
+			s.Timeline.AddRequest(t0.Add(time.Duration(sec)*time.Second+time.Duration(i)*time.Millisecond), sec == 25 && i < 2)
+		}
+	}
+	pod := func(name string, deleted, exit time.Duration, release, line string, tail, traffic int) Pod {
+		return Pod{Name: name, Deleted: t0.Add(deleted), Exit: t0.Add(exit), Release: release,
+			Closes: Closes{Tail: tail, Traffic: traffic}, AgentLines: []string{line}}
+	}
+	s.Pods = []Pod{
+		pod("a", 3*time.Second, 10*time.Second, "drained", "released: by traffic", 0, 1),
+		pod("b", 5*time.Second, 14*time.Second, "drained", "released: by traffic", 0, 1),
+		pod("c", 22*time.Second, 34*time.Second, "drained", "its ALB (8s, lengthened to 11.2s by the longest of 6 propagations learnt) tail (11.2s)", 1, 0),
+	}
+	s.Rollouts = []Rollout{{Index: 1, RPS: 50, Start: t0.Add(2 * time.Second)}, {Index: 2, RPS: 3, Start: t0.Add(20 * time.Second)}}
+	s.FillRollouts()
+	one, two := s.Rollouts[0], s.Rollouts[1]
+	if one.Requests != 200 || one.Failed != 0 || one.Pods != 2 || one.TermP50 < 7*time.Second || one.TermP50 > 9*time.Second || one.ByTraffic != 2 || one.Learned != 0 {
+		t.Errorf("rollout 1: %+v", one)
+	}
+	if two.Requests != 200 || two.Failed != 2 || two.Pods != 1 || two.TermP50 != 12*time.Second || two.ByTail != 1 || two.Learned != 1 || two.Releases["drained"] != 1 {
+		t.Errorf("rollout 2: %+v", two)
+	}
+	if l := two.RolloutLine(); !strings.Contains(l, "2 failed of 200") || !strings.Contains(l, "1 of them released with a learned tail") {
+		t.Errorf("line: %s", l)
+	}
+}
