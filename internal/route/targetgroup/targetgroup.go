@@ -341,7 +341,8 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 		case !selects:
 			continue
 		}
-		if t, name := s.tail(s.typeOf(b.ARN)); t > tail {
+		t, name := s.tail(s.typeOf(b.ARN))
+		if t, name = s.learnedTail(b.ARN, t, name); t > tail {
 			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
 		}
 	}
