@@ -39,8 +39,24 @@ type jsonStrategy struct {
 	// The in-cluster client's counts; absent without one.
 	InClusterRequests int       `json:"incluster_requests,omitempty"`
 	InClusterFailed   int       `json:"incluster_failed,omitempty"`
-	Chaos             []string  `json:"chaos,omitempty"`
-	Pods              []jsonPod `json:"pods"`
+	Chaos             []string      `json:"chaos,omitempty"`
+	Rollouts          []jsonRollout `json:"rollouts,omitempty"`
+	Pods              []jsonPod     `json:"pods"`
+}
+
+// jsonRollout is one rollout's figures (Rollout).
+type jsonRollout struct {
+	Index     int            `json:"rollout"`
+	RPS       int            `json:"rps"`
+	Start     string         `json:"start"`
+	Requests  int            `json:"requests"`
+	Failed    int            `json:"failed"`
+	Pods      int            `json:"stopped_pods"`
+	TermP50   *float64       `json:"termination_p50_s"`
+	Releases  map[string]int `json:"releases"`
+	ByTail    int            `json:"routes_closed_by_tail"`
+	ByTraffic int            `json:"routes_closed_by_traffic"`
+	Learned   int            `json:"pods_with_learned_tail"`
 }
 
 // jsonPod's times are RFC 3339 strings, null when not seen.
@@ -84,6 +100,10 @@ type jsonPodNode struct {
 //	   "slack_p50_s", "slack_min_s", "after_sigterm",
 //	   "elbv2_calls": {action: calls}, "gate_elbv2_calls": {action: calls},
 //	   "releases": {reason: pods}, "chaos": [what each fault did],
+//	   "rollouts": [{"rollout", "rps", "start", "requests", "failed",
+//	     "stopped_pods", "termination_p50_s", "releases",
+//	     "routes_closed_by_tail", "routes_closed_by_traffic",
+//	     "pods_with_learned_tail"}] (with more than one rollout: Rollout),
 //	   "pods": [{"name", "ip", "deleted", "failed_probe", "restarted",
 //	     "sigterm", "exit", "release", "released_at", "draining",
 //	     "after_sigterm",
@@ -135,6 +155,17 @@ func (r Report) jsonReport() jsonReport {
 		}
 		for _, p := range s.Pods {
 			js.Pods = append(js.Pods, podJSON(p))
+		}
+		for _, ro := range s.Rollouts {
+			if len(s.Rollouts) < 2 {
+				break
+			}
+			jr := jsonRollout{Index: ro.Index, RPS: ro.RPS, Start: ro.Start.UTC().Format(time.RFC3339Nano), Requests: ro.Requests, Failed: ro.Failed,
+				Pods: ro.Pods, Releases: copyCounts(ro.Releases), ByTail: ro.ByTail, ByTraffic: ro.ByTraffic, Learned: ro.Learned}
+			if ro.Pods > 0 {
+				jr.TermP50 = secondsPtr(ro.TermP50, true)
+			}
+			js.Rollouts = append(js.Rollouts, jr)
 		}
 		out.Strategies = append(out.Strategies, js)
 	}
