@@ -37,8 +37,8 @@ type jsonStrategy struct {
 	Releases       map[string]int `json:"releases"`
 	Evidence       string         `json:"evidence,omitempty"`
 	// The in-cluster client's counts; absent without one.
-	InClusterRequests int       `json:"incluster_requests,omitempty"`
-	InClusterFailed   int       `json:"incluster_failed,omitempty"`
+	InClusterRequests int           `json:"incluster_requests,omitempty"`
+	InClusterFailed   int           `json:"incluster_failed,omitempty"`
 	Chaos             []string      `json:"chaos,omitempty"`
 	Rollouts          []jsonRollout `json:"rollouts,omitempty"`
 	Pods              []jsonPod     `json:"pods"`
