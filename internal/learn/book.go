@@ -35,13 +35,18 @@ func NewBook() *Book {
 func (b *Book) Add(key string, at time.Time, d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.summaryLocked(key).Add(at, d)
+	b.dirty[key] = true
+}
+
+// summaryLocked is key's summary, made empty on first use.
+func (b *Book) summaryLocked(key string) *Summary {
 	s := b.sums[key]
 	if s == nil {
 		s = &Summary{}
 		b.sums[key] = s
 	}
-	s.Add(at, d)
-	b.dirty[key] = true
+	return s
 }
 
 // Merge adds what another replica learnt, or what was persisted, for key.
@@ -50,12 +55,7 @@ func (b *Book) Add(key string, at time.Time, d time.Duration) {
 func (b *Book) Merge(key string, other Summary) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := b.sums[key]
-	if s == nil {
-		s = &Summary{}
-		b.sums[key] = s
-	}
-	s.Merge(other, b.now())
+	b.summaryLocked(key).Merge(other, b.now())
 }
 
 // Get returns a copy of key's summary.
