@@ -172,11 +172,11 @@ func parseFlags(fs *flag.FlagSet, errBuf *bytes.Buffer, args []string, getenv fu
 	}
 	if len(o.RolloutRPS) > 0 {
 		o.RPS = o.RolloutRPS[0]
-		if len(o.RolloutRPS) != o.Rollouts {
-			return fmt.Errorf("--rollout-rps has %d rates for --rollouts %d: give one per rollout", len(o.RolloutRPS), o.Rollouts)
-		}
 	}
 	if err := checkCommon(*o); err != nil {
+		return err
+	}
+	if err := o.ValidateRolloutRPS(); err != nil {
 		return err
 	}
 	o.Chaos = o.Chaos.Scaled(o.TimeScale)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -233,10 +232,8 @@ func readyNodes(ctx context.Context, cl kubernetes.Interface) (int, error) {
 	}
 	n := 0
 	for _, nd := range nodes.Items {
-		for _, c := range nd.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				n++
-			}
+		if lbc.NodeReady(nd) {
+			n++
 		}
 	}
 	return n, nil

@@ -122,9 +122,6 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 		if env.AddNode == nil {
 			return rep, errors.New("the local-policy scenario needs a second node (Env.AddNode): run it on the lab's own cluster")
 		}
-		if err := env.AddNode(ctx); err != nil {
-			return rep, fmt.Errorf("local-policy: start the second node: %w", err)
-		}
 		if o.Replicas != 2 {
 			localNotes = append(localNotes, fmt.Sprintf("2 replicas, one per node (--replicas %d does not apply)", o.Replicas))
 		}
@@ -137,8 +134,13 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 	if err := o.Load.Validate(o.Scenario); err != nil {
 		return rep, err
 	}
-	if err := o.validateRolloutRPS(); err != nil {
+	if err := o.ValidateRolloutRPS(); err != nil {
 		return rep, err
+	}
+	if o.Scenario.LocalPolicy {
+		if err := env.AddNode(ctx); err != nil {
+			return rep, fmt.Errorf("local-policy: start the second node: %w", err)
+		}
 	}
 	if o.Scenario.LocalPolicy && !o.Load.PreserveClientIP {
 		// An NLB's instance targets keep their clients' addresses,
@@ -573,9 +575,9 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 	res.FillRollouts()
 }
 
-// validateRolloutRPS checks --rollout-rps: one rate per rollout, each at
+// ValidateRolloutRPS checks --rollout-rps: one rate per rollout, each at
 // least 1, its first the run's RPS, and a load whose rate can change.
-func (o Options) validateRolloutRPS() error {
+func (o Options) ValidateRolloutRPS() error {
 	switch {
 	case len(o.RolloutRPS) == 0:
 		return nil

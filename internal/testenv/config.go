@@ -188,7 +188,7 @@ type node struct {
 	// dir holds the node's containerd, CNI and kubelet state.
 	dir paths
 	// proxyHealthz is kube-proxy's health address; cgroupRoot the
-	// kubelet's ("" is the host's root).
+	// kubelet's ("/" on the first node).
 	proxyHealthz, cgroupRoot string
 	// taint, when set, is a NoSchedule taint key the node registers with.
 	taint string
@@ -196,7 +196,7 @@ type node struct {
 
 // firstNode is the node on the host's network.
 func firstNode(p paths) node {
-	return node{name: NodeName, ip: HostIP, bridge: BridgeName, gateway: HostIP, podSubnet: PodSubnet, dir: p, proxyHealthz: "127.0.0.1:10256"}
+	return node{name: NodeName, ip: HostIP, bridge: BridgeName, gateway: HostIP, podSubnet: PodSubnet, dir: p, proxyHealthz: "127.0.0.1:10256", cgroupRoot: "/"}
 }
 
 // cniConfig is a bridge network on the node's bridge. No masquerade: pods
@@ -233,10 +233,6 @@ func kubeletConfig(c paths, n node) string {
 	if n.taint != "" {
 		taints = fmt.Sprintf("registerWithTaints:\n- {key: %q, effect: NoSchedule}\n", n.taint)
 	}
-	cgroupRoot := n.cgroupRoot
-	if cgroupRoot == "" {
-		cgroupRoot = "/"
-	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This VM is cgroup v1 without systemd.
@@ -271,7 +267,7 @@ serializeImagePulls: false
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s
 cgroupRoot: %s
-%s`, n.ip, n.dir.containerdSocket(), n.dir.join("pod-logs"), c.join("resolv.conf"), DNSIP, filepath.Join(c.pki(), "ca.crt"), cgroupRoot, taints)
+%s`, n.ip, n.dir.containerdSocket(), n.dir.join("pod-logs"), c.join("resolv.conf"), DNSIP, filepath.Join(c.pki(), "ca.crt"), n.cgroupRoot, taints)
 }
 
 func kubeProxyConfig(c paths, n node) string {

@@ -361,6 +361,17 @@ func (c *Controller) desired(b Binding) ([]target, error) {
 	return out, nil
 }
 
+// NodeReady says whether a node's Ready condition is true: an instance
+// binding registers only such nodes.
+func NodeReady(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // desiredNodes lists an instance binding's targets: every node that is
 // ready, by its InternalIP (the emulator health-checks addresses; AWS names
 // the EC2 instance), at the Service port's node port. Pods never are
@@ -380,11 +391,7 @@ func (c *Controller) desiredNodes(ctx context.Context, b Binding) ([]target, err
 	}
 	var out []target
 	for _, n := range nodes.Items {
-		ready := false
-		for _, cond := range n.Status.Conditions {
-			ready = ready || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue
-		}
-		if !ready {
+		if !NodeReady(n) {
 			continue
 		}
 		for _, a := range n.Status.Addresses {
