@@ -376,6 +376,8 @@ func TestDefaultArgs(t *testing.T) {
 		"traffic-epsilon":        "1e-06",
 		"learn-tails":            "true",
 		"learn-tails-shorten":    "false",
+		"learn-lag":              "true",
+		"max-wait-ceiling":       "10m",
 		"shutdown-reserve":       "5s",
 		"log-format":             "text",
 		"log-level":              "info",

@@ -70,6 +70,9 @@ func (p *plan) apply(pod *corev1.Pod, s Settings) {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[AnnotationInjected] = s.Version
+	if s.SizedBy != "" {
+		pod.Annotations[AnnotationMaxWaitSized] = p.t.maxWait.String() + ": " + s.SizedBy
+	}
 }
 
 // applyAdded gates the containers planAdded picked, in a pod whose volume

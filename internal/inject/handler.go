@@ -80,6 +80,14 @@ type Handler struct {
 	// an admission, nor shortens the pod's wait.
 	ExtraWait func(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
 
+	// Need, when set before serving, is asked for each pod to inject how
+	// long its routes need by what the cluster learnt (a controller seen
+	// taking pods out late, plus the routes' tails; zero when nothing was
+	// learnt), and why. A pod whose max-wait (sized by ExtraWait) is
+	// shorter gets the need, up to Settings.MaxWaitCeiling; it only ever
+	// lengthens a wait. A pod's max-wait annotation still wins.
+	Need func(ctx context.Context, pod *corev1.Pod) (need time.Duration, why string)
+
 	// NotSized, when set before serving, is told of every pod whose
 	// max-wait could not be sized from its routes (ExtraWait's error), as
 	// NotInjected is of pods not injected; Why is the warning's reason.
@@ -213,6 +221,7 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 		return allowed(warnings...), nil
 	}
 	s, unsized := h.sizeMaxWait(ctx, log, &pod, s)
+	s = h.sizeByNeed(ctx, log, &pod, s)
 	s = h.fitInstaller(ctx, log, &pod, s)
 	out, ws, err := Mutate(&pod, s)
 	if err != nil {
@@ -222,6 +231,9 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 	warnings = append(warnings, ws...)
 	if unsized != "" && out != &pod {
 		warnings = append(warnings, unsized)
+	}
+	if out != &pod && s.SizedBy != "" {
+		warnings = append(warnings, fmt.Sprintf("%smax-wait %s: %s", warnPrefix, s.MaxWait, s.SizedBy))
 	}
 	if out == &pod {
 		log.Info("not injected", "warnings", ws)
@@ -288,8 +300,41 @@ func (h *Handler) sizeMaxWait(ctx context.Context, log *slog.Logger, pod *corev1
 	}
 	if extra > 0 {
 		log.Info("max-wait sized from the pod's routes", "max_wait", s.MaxWait, "why", why)
+		s.SizedBy = fmt.Sprintf("longer than the configured %s by %s, for %s", s.MaxWait-extra, extra, why)
 	}
 	return s, ""
+}
+
+// sizeByNeed lengthens s.MaxWait to what Need says the pod's routes need
+// by what was learnt, up to the ceiling; a pod whose max-wait annotation
+// sets its own keeps it (and no SizedBy).
+func (h *Handler) sizeByNeed(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) Settings {
+	if _, own := pod.Annotations[AnnotationMaxWait]; own {
+		s.SizedBy = ""
+		return s
+	}
+	if h.Need == nil {
+		return s
+	}
+	need, why := h.Need(ctx, pod)
+	if s.MaxWait == 0 {
+		s.MaxWait = defaultMaxWait
+	}
+	ceiling := s.MaxWaitCeiling
+	if ceiling == 0 {
+		ceiling = max(defaultCeiling, s.MaxWait)
+	}
+	if need <= s.MaxWait || ceiling <= s.MaxWait {
+		return s
+	}
+	sized := min(need, ceiling)
+	s.SizedBy = fmt.Sprintf("learnt: %s", why)
+	if need > ceiling {
+		s.SizedBy += fmt.Sprintf("; %s, capped at the ceiling %s", need, ceiling)
+	}
+	s.MaxWait = sized
+	log.Info("max-wait sized from what the cluster learnt", "max_wait", s.MaxWait, "why", s.SizedBy)
+	return s
 }
 
 // fitInstaller fits the installer init container's resources to the pod's

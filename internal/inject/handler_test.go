@@ -526,6 +526,71 @@ func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
 	}
 }
 
+// TestHandlerSizesMaxWaitFromWhatWasLearnt: Need lengthens a max-wait
+// shorter than what the cluster learnt the pod's routes need, up to the
+// ceiling, never shortens one, and the pod's annotation and an admission
+// warning say why the max-wait is not the configured one; a pod's own
+// max-wait annotation still wins.
+func TestHandlerSizesMaxWaitFromWhatWasLearnt(t *testing.T) {
+	admit := func(t *testing.T, pod *corev1.Pod, ceiling time.Duration, extra time.Duration, need time.Duration) (*corev1.Pod, []string) {
+		t.Helper()
+		s := testSettings()
+		s.MaxWaitCeiling = ceiling
+		h := NewHandler(func() Settings { return s }, optedIn().lookup, nil)
+		h.ExtraWait = func(context.Context, *corev1.Pod) (time.Duration, string, error) { return extra, "the NLB tail", nil }
+		h.Need = func(context.Context, *corev1.Pod) (time.Duration, string) { return need, "the controller's lag" }
+		resp := answer(t, post(h, reviewBody(t, pod, nil)), "admission.k8s.io/v1")
+		return patchedPod(t, pod, resp.Patch), resp.Warnings
+	}
+	maxWaitOf := func(p *corev1.Pod) string {
+		cmd := p.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+		return cmd[slices.Index(cmd, "--max-wait")+1]
+	}
+	plain, ws := admit(t, webPod(), 10*time.Minute, 0, 0)
+	if maxWaitOf(plain) != "1m30s" || plain.Annotations[AnnotationMaxWaitSized] != "" || len(ws) != 0 {
+		t.Fatalf("nothing learnt: max-wait %s, annotation %q, warnings %q; want the configured 1m30s, and nothing said",
+			maxWaitOf(plain), plain.Annotations[AnnotationMaxWaitSized], ws)
+	}
+	for _, c := range []struct {
+		name               string
+		extra, need, ceil  time.Duration
+		want, wantSaid     string
+		wantGraceOverPlain int64
+	}{
+		{"shorter need", 0, 60 * time.Second, 10 * time.Minute, "1m30s", "", 0},
+		{"longer need", 0, 140 * time.Second, 10 * time.Minute, "2m20s", "learnt: the controller's lag", 50},
+		{"over the ceiling", 0, 20 * time.Minute, 4 * time.Minute, "4m0s", "capped at the ceiling 4m0s", 150},
+		{"routes' tail beats it", 280 * time.Second, 140 * time.Second, 10 * time.Minute, "6m10s", "by 4m40s, for the NLB tail", 280},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod, ws := admit(t, webPod(), c.ceil, c.extra, c.need)
+			if got := maxWaitOf(pod); got != c.want {
+				t.Errorf("max-wait %s, want %s", got, c.want)
+			}
+			if g := *pod.Spec.TerminationGracePeriodSeconds - *plain.Spec.TerminationGracePeriodSeconds; g != c.wantGraceOverPlain {
+				t.Errorf("grace period %ds over the plain pod's, want %ds", g, c.wantGraceOverPlain)
+			}
+			said := pod.Annotations[AnnotationMaxWaitSized]
+			if c.wantSaid == "" {
+				if said != "" || len(ws) != 0 {
+					t.Errorf("annotation %q, warnings %q; want nothing said", said, ws)
+				}
+				return
+			}
+			if !strings.HasPrefix(said, c.want+": ") || !strings.Contains(said, c.wantSaid) {
+				t.Errorf("annotation %q, want %q and %q", said, c.want, c.wantSaid)
+			}
+			if !slices.ContainsFunc(ws, func(w string) bool { return strings.Contains(w, "max-wait "+c.want) && strings.Contains(w, c.wantSaid) }) {
+				t.Errorf("warnings %q, want one naming max-wait %s and %q", ws, c.want, c.wantSaid)
+			}
+		})
+	}
+	own, ws := admit(t, with(annotate(AnnotationMaxWait, "45s")), 10*time.Minute, 0, 140*time.Second)
+	if maxWaitOf(own) != "45s" || own.Annotations[AnnotationMaxWaitSized] != "" || len(ws) != 0 {
+		t.Errorf("own annotation: max-wait %s, sized %q, warnings %q; want 45s and nothing said", maxWaitOf(own), own.Annotations[AnnotationMaxWaitSized], ws)
+	}
+}
+
 // patchedPod applies an answer's patch to pod as the API server sent it
 // (reviewBody leaves the namespace out) and decodes the result.
 func patchedPod(t *testing.T, pod *corev1.Pod, patch []byte) *corev1.Pod {

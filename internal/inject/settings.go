@@ -27,6 +27,9 @@ const (
 	AnnotationMaxWait        = "draingate.dev/max-wait"
 	AnnotationFallback       = "draingate.dev/fallback"
 	AnnotationShutdownBudget = "draingate.dev/shutdown-budget"
+	// AnnotationMaxWaitSized, written on an injected pod whose max-wait
+	// is not the configured one, says what sized it: "2m20s: why".
+	AnnotationMaxWaitSized = "draingate.dev/max-wait-sized"
 	// AnnotationContainers names the containers to gate, comma-separated,
 	// instead of "every container with ports".
 	AnnotationContainers = "draingate.dev/containers"
@@ -62,6 +65,7 @@ const (
 	defaultGraceSecs  = 30                  // the API's default terminationGracePeriodSeconds
 	maxOverride       = time.Hour
 	defaultMaxWait    = 90 * time.Second
+	defaultCeiling    = 10 * time.Minute
 	defaultFallback   = 30 * time.Second
 	defaultShutdown   = 30 * time.Second
 	defaultSizeLimit  = "16Mi"
@@ -86,6 +90,15 @@ type Settings struct {
 	Server string
 	// MaxWait is the agent's longest wait (default 90s).
 	MaxWait time.Duration
+	// MaxWaitCeiling bounds the max-wait that what the cluster learnt
+	// (Handler.Need) may size a pod with (default 10m, the cluster
+	// autoscaler's default --max-graceful-termination-sec). Not below
+	// MaxWait.
+	MaxWaitCeiling time.Duration
+	// SizedBy, set per pod by the Handler, says why the pod's max-wait is
+	// not the configured one; Mutate writes it, after the max-wait, in
+	// AnnotationMaxWaitSized.
+	SizedBy string
 	// Fallback is how long the agent tries when no gate server answers at
 	// all (default 30s).
 	Fallback time.Duration
@@ -172,6 +185,9 @@ func (s Settings) withDefaults() (Settings, error) {
 	if s.MaxWait == 0 {
 		s.MaxWait = defaultMaxWait
 	}
+	if s.MaxWaitCeiling == 0 {
+		s.MaxWaitCeiling = max(defaultCeiling, s.MaxWait)
+	}
 	if s.Fallback == 0 {
 		s.Fallback = defaultFallback
 	}
@@ -192,6 +208,9 @@ func (s Settings) withDefaults() (Settings, error) {
 	}
 	if u, err := url.Parse(s.Server); err != nil || u.Scheme != "http" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("server %q is not an http://host[:port] URL (the agent speaks plain http)", s.Server))
+	}
+	if s.MaxWaitCeiling < s.MaxWait {
+		errs = append(errs, fmt.Errorf("max-wait ceiling %s is below max-wait %s", s.MaxWaitCeiling, s.MaxWait))
 	}
 	errs = append(errs, cli.NotNegative("max-wait", s.MaxWait), cli.NotNegative("fallback", s.Fallback),
 		cli.NotNegative("shutdown budget", s.ShutdownBudget))

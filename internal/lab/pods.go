@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
 )
 
@@ -32,7 +33,10 @@ type podRecord struct {
 	exit        time.Time
 	// grace is the pod's terminationGracePeriodSeconds as created: what
 	// the injection webhook gave it (a preStop agent's max-wait included).
-	grace      time.Duration
+	grace time.Duration
+	// sized is the webhook's draingate.dev/max-wait-sized annotation:
+	// the pod's max-wait and why it is not the configured one.
+	sized      string
 	release    string    // how the agent let the pod go (releaseReason), "" without one
 	releasedAt time.Time // when the lab read the agent's closing line
 	closes     report.Closes
@@ -93,6 +97,9 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 	}
 	if r.ip == "" {
 		r.ip = p.Status.PodIP
+	}
+	if v := p.Annotations[inject.AnnotationMaxWaitSized]; v != "" {
+		r.sized = v
 	}
 	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
 		r.grace = time.Duration(*g) * time.Second

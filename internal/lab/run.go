@@ -555,7 +555,7 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 		rp := report.Pod{
 			Name: p.name, IP: p.ip, Deleted: p.deletedAt, FailedProbe: p.failedProbe, Restarted: p.restarted,
 			SIGTERM: p.sigterm, Exit: p.exit, Release: p.release, ReleasedAt: p.releasedAt, Closes: p.closes, AgentLines: p.agentLines,
-			Draining: lb.draining(p.ip), Nodes: map[string]report.PodNode{}, Sources: p.sources,
+			Draining: lb.draining(p.ip), Nodes: map[string]report.PodNode{}, Sources: p.sources, MaxWaitSized: p.sized,
 		}
 		for _, n := range lb.bal.Nodes() {
 			var pn report.PodNode

@@ -135,9 +135,18 @@ func (l Learned) Tail(configured time.Duration, shorten bool) (tail time.Duratio
 	return configured, ""
 }
 
-func (l Learned) phrase() string {
+func (l Learned) phrase() string { return l.Phrase("propagations") }
+
+// Phrase names the value a wait takes from what was learnt, counting the
+// samples as what ("lags"): "the longest of 6 lags learnt".
+func (l Learned) Phrase(what string) string {
 	if l.Sure {
-		return fmt.Sprintf("the %g-quantile's bound at %.0f %% of %d propagations learnt", TailQuantile, 100*(1-TailAlpha), l.N)
+		return fmt.Sprintf("the %g-quantile's bound at %.0f %% of %d %s learnt", TailQuantile, 100*(1-TailAlpha), l.N, what)
 	}
-	return fmt.Sprintf("the longest of %d propagations learnt", l.N)
+	return fmt.Sprintf("the longest of %d %s learnt", l.N, what)
 }
+
+// LagPrefix starts the keys of lags (a pod's deletion to its route going
+// out) in a book that holds propagations too: "lag:" and the load
+// balancer's key.
+const LagPrefix = "lag:"

@@ -100,6 +100,11 @@ type Env struct {
 	// only with ShortenTails (the user opted in).
 	Learned      *learn.Book
 	ShortenTails bool
+	// Lags, when set, is what this cluster's drains taught of how long
+	// after a pod's deletion each owner took it out, by LagLearner.LagKey
+	// (it may be the same book as Learned: the keys differ): a kind sizes
+	// the pods being created by it (LagLearner.AdmissionNeed).
+	Lags *learn.Book
 }
 
 // Learner is a source whose routes teach the server their load balancer's
@@ -109,6 +114,20 @@ type Env struct {
 // reads back from Env.Learned.
 type Learner interface {
 	LearnKey(routeName string) string
+}
+
+// LagLearner is a Learner whose routes also teach how long after a pod's
+// deletion its owner takes it out (a controller's lag), under the key
+// LagKey gives the route ("" when it learns none), and which sizes pods
+// being created by it: AdmissionNeed is the longest wait a pod being
+// created needs on the kind's routes by what was learnt (the lag's bound
+// plus the route's tail), and why, naming the route; zero when nothing was
+// learnt. Like AdmissionWait it reads only what the source caches, and a
+// lookup that fails answers zero (the configured sizing stands).
+type LagLearner interface {
+	Learner
+	LagKey(routeName string) string
+	AdmissionNeed(ctx context.Context, pod *corev1.Pod) (need time.Duration, why string)
 }
 
 // Host is what the server offers a source when starting it.

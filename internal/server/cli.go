@@ -33,16 +33,17 @@ import (
 // serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
 // (see envflag); a flag on the command line wins.
 type serveFlags struct {
-	kubeconfig, listen, metricsListen string
-	namespace                         string
-	kubeQPS                           float64
-	kubeBurst                         int
-	maxWait, reserve                  time.Duration
-	logFormat, logLevel               string
-	trafficEvidence, profiling        bool
-	learnTails, shortenTails          bool
-	trafficEpsilon                    float64
-	waitAPISources                    string
+	kubeconfig, listen, metricsListen  string
+	namespace                          string
+	kubeQPS                            float64
+	kubeBurst                          int
+	maxWait, reserve                   time.Duration
+	logFormat, logLevel                string
+	trafficEvidence, profiling         bool
+	learnTails, shortenTails, learnLag bool
+	maxWaitCeiling                     time.Duration
+	trafficEpsilon                     float64
+	waitAPISources                     string
 	// routes are the kinds of route, each with its own flags.
 	routes []route.Kind
 
@@ -76,6 +77,8 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from, or with a token bound to the pod; others get the answer about an unknown pod) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
 	fs.BoolVar(&f.learnTails, "learn-tails", true, "learn each load balancer's propagation from the drains the traffic evidence closed (how late its nodes sent after the target went out), share it among replicas in Leases of --namespace, and lengthen the tails of routes that evidence cannot close to it (never shorter than the configured tail)")
 	fs.BoolVar(&f.shortenTails, "learn-tails-shorten", false, "also shorten a tail to what was learnt, once 299 drains bound its 0.99-quantile at 95 % (opt-in)")
+	fs.BoolVar(&f.learnLag, "learn-lag", true, "learn how long after each pod's deletion its target groups took it out (a controller's lag, per load balancer; pods released at their deadline are watched on until then), share it among replicas in Leases of --namespace, and give injected pods a max-wait at least that lag plus the tail (up to --max-wait-ceiling)")
+	fs.DurationVar(&f.maxWaitCeiling, "max-wait-ceiling", 10*time.Minute, "the longest max-wait what was learnt (--learn-lag) may give an injected pod, and how long after a pod's deletion its routes are watched for their lag; at least --inject-max-wait")
 	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", evidence.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
 	fs.DurationVar(&f.maxWait, "max-wait", 30*time.Second, "longest one wait API long-poll is held (agents ask again)")
 	fs.DurationVar(&f.reserve, "shutdown-reserve", 5*time.Second, "release a pod this long before its grace period ends, whatever its routes say, so the app still shuts down cleanly")
@@ -106,6 +109,9 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 
 func (f *serveFlags) validate() error {
 	errs := []error{cli.Positive("--max-wait", f.maxWait), cli.Positive("--shutdown-reserve", f.reserve)}
+	if f.maxWaitCeiling < f.injectMaxWait {
+		errs = append(errs, fmt.Errorf("--max-wait-ceiling %s is below --inject-max-wait %s: what was learnt could never lengthen a wait; raise it", f.maxWaitCeiling, f.injectMaxWait))
+	}
 	var tails []string
 	zero := true
 	for _, k := range f.routes {
@@ -282,6 +288,8 @@ func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Opti
 		IgnoreTraffic:   !f.trafficEvidence,
 		LearnTails:      f.learnTails && f.trafficEvidence,
 		ShortenTails:    f.shortenTails,
+		LearnLag:        f.learnLag,
+		LagCeiling:      f.maxWaitCeiling,
 		Epsilon:         f.trafficEpsilon,
 		WaitAPISources:  f.waitAPISources,
 		Profiling:       f.profiling,
@@ -398,7 +406,7 @@ func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
 	}
 	settings := inject.Settings{
 		AgentImage: f.agentImage, Server: server,
-		MaxWait: f.injectMaxWait, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
+		MaxWait: f.injectMaxWait, MaxWaitCeiling: f.maxWaitCeiling, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
 		ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
 		// The watcher serves traffic evidence alone: without it, it
 		// would cost every pod a container for nothing.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,11 +92,19 @@ var (
 	learnedSamplesDesc = prometheus.NewDesc("draingate_learned_propagation_samples",
 		"Per load balancer, the propagations learnt (one per load balancer node per drain the traffic evidence closed), the last 7 days' and at most 512.",
 		[]string{"key"}, nil)
+	lagBoundDesc = prometheus.NewDesc("draingate_learned_lag_seconds",
+		"Per load balancer (key as for draingate_learned_propagation_seconds), how long after a pod's deletion its target groups took it out: the 0.99-quantile's bound at 95 % once 299 pods were learnt, else the longest. An injected pod's max-wait is at least this plus the tail (up to --max-wait-ceiling).",
+		[]string{"key"}, nil)
+	lagSamplesDesc = prometheus.NewDesc("draingate_learned_lag_samples",
+		"Per load balancer, the lags learnt (one per deleted pod whose agent asked), the last 7 days' and at most 512.",
+		[]string{"key"}, nil)
 )
 
 func (c learnedCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- learnedBoundDesc
 	ch <- learnedSamplesDesc
+	ch <- lagBoundDesc
+	ch <- lagSamplesDesc
 }
 
 func (c learnedCollector) Collect(ch chan<- prometheus.Metric) {
@@ -104,7 +113,11 @@ func (c learnedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range c.book.Keys() {
 		l := c.book.Learned(k)
-		ch <- prometheus.MustNewConstMetric(learnedBoundDesc, prometheus.GaugeValue, l.Bound.Seconds(), k)
-		ch <- prometheus.MustNewConstMetric(learnedSamplesDesc, prometheus.GaugeValue, float64(l.N), k)
+		bound, samples := learnedBoundDesc, learnedSamplesDesc
+		if lb, ok := strings.CutPrefix(k, learn.LagPrefix); ok {
+			k, bound, samples = lb, lagBoundDesc, lagSamplesDesc
+		}
+		ch <- prometheus.MustNewConstMetric(bound, prometheus.GaugeValue, l.Bound.Seconds(), k)
+		ch <- prometheus.MustNewConstMetric(samples, prometheus.GaugeValue, float64(l.N), k)
 	}
 }

@@ -75,6 +75,12 @@ type pods struct {
 	// learn, when set, is told what a route the evidence closed taught
 	// (learnedLocked): once per route of a pod.
 	learn func(k gate.RouteKey, outSince time.Time, stops []evidence.Stop)
+	// lag, when set, learns how long after each pod's deletion its owners
+	// took it out (lag.go); after holds, by UID, the gone pods whose
+	// routes are watched until then, afterN how many.
+	lag    *lagLearning
+	after  map[string]*podState
+	afterN atomic.Int32
 
 	synced atomic.Bool // the pod cache and the sources synced
 
@@ -126,10 +132,18 @@ type podState struct {
 	shared bool
 	// learnt are the routes whose stops were handed to pods.learn.
 	learnt map[gate.RouteKey]bool
+	// pod is the pod as last seen (slimPod), observed once it is gone;
+	// deleted is when it was deleted (the earliest deletedAt seen);
+	// everAsked says its agent asked this replica; lagged are the routes
+	// whose lag was recorded (lag.go).
+	pod       *corev1.Pod
+	deleted   time.Time
+	everAsked bool
+	lagged    map[gate.RouteKey]bool
 }
 
 func newPods() *pods {
-	return &pods{pods: map[string]*podState{}, byNS: map[string]int{}, subs: map[string]map[chan struct{}]struct{}{}}
+	return &pods{pods: map[string]*podState{}, after: map[string]*podState{}, byNS: map[string]int{}, subs: map[string]map[chan struct{}]struct{}{}}
 }
 
 // podChanged is the pod informer's add and update handler.
@@ -174,6 +188,10 @@ func (p *pods) stateLocked(pod *corev1.Pod, now time.Time) *podState {
 		p.count()
 	}
 	st.shared = st.shared || pod.Annotations[inject.AnnotationInjected] != ""
+	st.pod = slimPod(pod, st.pod)
+	if d := deletedAt(pod); !d.IsZero() && (st.deleted.IsZero() || d.Before(st.deleted)) {
+		st.deleted = d
+	}
 	return st
 }
 
@@ -189,11 +207,12 @@ func (p *pods) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, 
 		mem = p.shared.Record(pod.UID).Merge(mem)
 	}
 	var obs []gate.Observation
+	observed := withAddresses(pod, st)
 	for _, src := range p.sources {
 		if err := src.Ready(); err != nil {
 			return api.Verdict{}, err
 		}
-		o, err := src.Observe(ctx, pod, mem.Known(src.Kind()), !st.asked.IsZero())
+		o, err := src.Observe(ctx, observed, mem.Known(src.Kind()), !st.asked.IsZero())
 		if err != nil {
 			return api.Verdict{}, err
 		}
@@ -211,6 +230,7 @@ func (p *pods) decideLocked(ctx context.Context, pod *corev1.Pod, st *podState, 
 	}
 	st.mem = next
 	p.learnedLocked(st, next)
+	p.lagLocked(st, next)
 	if st.timer != nil {
 		st.timer.Stop()
 		st.timer = nil
@@ -253,17 +273,28 @@ func (p *pods) refreshLocked(st *podState) {
 }
 
 // routesChanged re-observes the tracked pods whose routes may have changed:
-// every pod for namespace "", every pod of the namespace for name "". The
-// sources call it.
+// every pod for namespace "", every pod of the namespace for name "", and
+// the gone pods watched for their lag likewise. The sources call it.
 func (p *pods) routesChanged(namespace, name string) {
-	if !p.synced.Load() || !p.tracks(namespace) {
+	if !p.synced.Load() || !p.tracks(namespace) && p.afterN.Load() == 0 {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	match := func(st *podState) bool {
+		return (namespace == "" || st.key.Namespace == namespace) && (name == "" || st.key.Name == name)
+	}
 	for _, st := range p.pods {
-		if (namespace == "" || st.key.Namespace == namespace) && (name == "" || st.key.Name == name) {
+		if match(st) {
 			p.refreshLocked(st)
+		}
+	}
+	if p.closed {
+		return
+	}
+	for _, st := range p.after {
+		if match(st) {
+			p.watchLocked(st, p.now())
 		}
 	}
 }
@@ -349,7 +380,7 @@ func (p *pods) Verdict(ctx context.Context, req api.DrainRequest) (api.Verdict, 
 		return api.Verdict{}, errors.New("the server is shutting down")
 	}
 	st := p.stateLocked(pod, now)
-	st.asked, st.shared = now, true
+	st.asked, st.shared, st.everAsked = now, true, true
 	// Each ask replaces the evidence, once: the wait API calls Verdict
 	// again during a long-poll with the same request, whose summary must
 	// keep the time it arrived (re-reading its ages against a later clock
@@ -504,6 +535,9 @@ func (p *pods) sweep(now time.Time) {
 		st.asked = time.Time{}
 		p.forget(st)
 	}
+	for _, st := range p.after {
+		p.watchLocked(st, now)
+	}
 	p.sweepSharedLocked()
 }
 
@@ -548,7 +582,8 @@ func (p *pods) podDeleted(o any) {
 }
 
 // dropLocked forgets a pod that is gone: its timer stops and the sources
-// drop it.
+// drop it, except those whose routes of the pod are watched on for their
+// lag (lag.go): the pod moves to after.
 func (p *pods) dropLocked(st *podState) {
 	if p.pods[st.key.String()] == st {
 		delete(p.pods, st.key.String())
@@ -558,18 +593,28 @@ func (p *pods) dropLocked(st *podState) {
 	if st.timer != nil {
 		st.timer.Stop()
 	}
+	watch := !p.closed && len(p.lagPending(st)) > 0
 	for _, src := range p.sources {
-		src.Drop(st.key)
+		if !watch || !p.lag.learns(src.Kind()) {
+			src.Drop(st.key)
+		}
 	}
 	if p.shared != nil {
 		p.shared.Drop(types.UID(st.key.UID))
 	}
+	if watch {
+		p.after[st.key.UID] = st
+		p.afterN.Store(int32(len(p.after)))
+	}
 }
 
-// forget tells the sources that nobody waits for the pod any more.
+// forget tells the sources that nobody waits for the pod any more, except
+// those whose routes of the pod are still watched for their lag.
 func (p *pods) forget(st *podState) {
 	for _, src := range p.sources {
-		src.Forget(st.key)
+		if !p.keepForLag(st, src) {
+			src.Forget(st.key)
+		}
 	}
 }
 
@@ -606,6 +651,15 @@ func (p *pods) close() {
 		if st.timer != nil {
 			st.timer.Stop()
 		}
-		p.forget(st)
+		for _, src := range p.sources {
+			src.Forget(st.key)
+		}
 	}
+	for _, st := range p.after {
+		for _, src := range p.sources {
+			src.Forget(st.key)
+		}
+	}
+	clear(p.after)
+	p.afterN.Store(0)
 }

@@ -63,6 +63,12 @@ type Options struct {
 	// propagation and lengthens the tails by it (learned.go); ShortenTails
 	// also lets a sure bound shorten them (the user opts in).
 	LearnTails, ShortenTails bool
+	// LearnLag keeps how long after each pod's deletion its routes went
+	// out, per load balancer (lag.go), which the webhook sizes new pods'
+	// max-wait by; LagCeiling is how long after a deletion routes are
+	// watched for it (default 10m).
+	LearnLag   bool
+	LagCeiling time.Duration
 	// IgnoreTraffic turns traffic evidence off: the agents' summaries are
 	// ignored and every route waits for its tail (the lab's draingate-tail).
 	IgnoreTraffic bool
@@ -116,6 +122,7 @@ func (o Options) withDefaults() Options {
 	o.ShutdownReserve = cmp.Or(o.ShutdownReserve, 5*time.Second)
 	o.MaxWait = cmp.Or(o.MaxWait, waitapi.DefaultMaxWait)
 	o.Linger = cmp.Or(o.Linger, 60*time.Second)
+	o.LagCeiling = cmp.Or(o.LagCeiling, 10*time.Minute)
 	o.Registry = cmp.Or(o.Registry, prometheus.NewRegistry())
 	o.Log = cmp.Or(o.Log, slog.Default())
 	if o.Now == nil {
@@ -134,7 +141,7 @@ type Server struct {
 	sources []route.Source
 	pods    *pods
 	ledger  *ledger.Ledger  // nil without Options.Namespace
-	book    *learn.Book     // nil without Options.LearnTails
+	book    *learn.Book     // nil without Options.LearnTails nor LearnLag
 	learned *ledger.Learned // the book's Leases; nil without a namespace
 }
 
@@ -151,7 +158,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, log: o.Log, pods: newPods()}
 	s.metrics = newMetrics(o.Registry)
-	if o.LearnTails {
+	if o.LearnTails || o.LearnLag {
 		s.book = learn.NewBook()
 		o.Registry.MustRegister(learnedCollector{s.book})
 	}
@@ -210,7 +217,13 @@ func New(o Options) (*Server, error) {
 // opens no source.
 func (s *Server) openRoutes(cs kubernetes.Interface) error {
 	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log, WeighTraffic: !s.o.IgnoreTraffic,
-		Learned: s.book, ShortenTails: s.o.ShortenTails}
+		ShortenTails: s.o.ShortenTails}
+	if s.o.LearnTails {
+		env.Learned = s.book
+	}
+	if s.o.LearnLag {
+		env.Lags = s.book
+	}
 	for _, k := range s.o.Routes {
 		src, err := k.Open(context.Background(), env)
 		if err != nil {
@@ -237,8 +250,11 @@ func (s *Server) setUpPods(cs kubernetes.Interface, scheme *runtime.Scheme) {
 	o, p := s.o, s.pods
 	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
 	p.ignoreTraffic, p.epsilon = o.IgnoreTraffic, o.Epsilon
-	if s.book != nil {
+	if s.o.LearnTails {
 		p.learn = s.learnStops
+	}
+	if s.o.LearnLag {
+		p.lag = &lagLearning{learns: s.learnsLag, record: s.learnLag, ceiling: o.LagCeiling}
 	}
 	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		// No deep copy: every route change re-reads the terminating pods of

@@ -103,6 +103,9 @@ func (s *Server) startWebhook(ctx context.Context, w *WebhookOptions, serve func
 	}
 	h := inject.NewHandler(func() inject.Settings { return settings }, s.namespaceLabels, s.log.With("part", "webhook"))
 	h.ExtraWait = s.admissionWait
+	if s.o.LearnLag {
+		h.Need = s.admissionNeed
+	}
 	h.LimitRanges = s.limitRanges
 	s.o.Registry.MustRegister(s.metrics.notInjected, s.metrics.notSized)
 	rec := s.events.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "draingate-webhook"})

@@ -69,6 +69,10 @@ type Rollout struct {
 	// Learned counts the pods whose release said a tail was lengthened
 	// (or shortened) by what was learnt.
 	Learned int
+	// LagSized counts the pods admitted with a max-wait sized by the lag
+	// learnt, MaxWait the longest of their max-waits.
+	LagSized int
+	MaxWait  time.Duration `json:",omitempty"`
 }
 
 // FillRollouts fills each rollout's window and figures from the timeline
@@ -112,6 +116,12 @@ func (s *Strategy) FillRollouts() {
 			if slices.ContainsFunc(p.AgentLines, func(l string) bool { return strings.Contains(l, "propagations learnt") }) {
 				ro.Learned++
 			}
+			if mw, why, ok := strings.Cut(p.MaxWaitSized, ": "); ok && strings.HasPrefix(why, "learnt") {
+				ro.LagSized++
+				if d, err := time.ParseDuration(mw); err == nil {
+					ro.MaxWait = max(ro.MaxWait, d)
+				}
+			}
 		}
 		ro.TermP50, _ = pct(terms, 50)
 	}
@@ -133,6 +143,9 @@ func (ro Rollout) RolloutLine() string {
 	}
 	if ro.Learned > 0 {
 		out += fmt.Sprintf("; %d of them released with a learned tail", ro.Learned)
+	}
+	if ro.LagSized > 0 {
+		out += fmt.Sprintf("; %d admitted with a max-wait sized by the lag learnt (up to %s)", ro.LagSized, ro.MaxWait)
 	}
 	return out
 }
@@ -166,6 +179,10 @@ type Pod struct {
 	// Sources counts the requests the app received per source address, as
 	// it logged them at exit (behind a sidecar, the sidecar's 127.0.0.1).
 	Sources map[string]int
+	// MaxWaitSized is the injection webhook's word on the pod's max-wait
+	// when it is not the configured one ("2m20s: learnt: ..."); empty
+	// otherwise.
+	MaxWaitSized string `json:",omitempty"`
 }
 
 // Closes counts a pod's target group routes by what closed them, from the

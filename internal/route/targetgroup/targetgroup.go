@@ -81,6 +81,10 @@ type Options struct {
 	// load balancer (LearnKey), which lengthens the tails.
 	Learned      *learn.Book
 	ShortenTails bool
+	// Lags is route.Env's: how long after a pod's deletion the controller
+	// took it out of each load balancer's groups (LagKey), which sizes
+	// new pods' max-wait (AdmissionNeed).
+	Lags *learn.Book
 }
 
 // Source observes target-group routes. Make it with New.
@@ -324,10 +328,27 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 	case s.services == nil:
 		return 0, "", errors.New("target-group routes have not started")
 	}
-	bindings, err := s.ipBindings(ctx, pod.Namespace)
+	bindings, err := s.selecting(ctx, pod)
 	if err != nil {
 		return 0, "", err
 	}
+	for _, b := range bindings {
+		t, name := s.tail(s.typeOf(b.ARN))
+		if t, name = s.learnedTail(b.ARN, t, name); t > tail {
+			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
+		}
+	}
+	return tail, why, nil
+}
+
+// selecting are the namespace's `ip` bindings whose Service selects the
+// pod's labels, from the cache; an error when the cache cannot tell.
+func (s *Source) selecting(ctx context.Context, pod *corev1.Pod) ([]Binding, error) {
+	bindings, err := s.ipBindings(ctx, pod.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	var out []Binding
 	for _, b := range bindings {
 		if b.Service == "" {
 			continue
@@ -335,18 +356,48 @@ func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Durati
 		selects, found, err := s.services.Selects(ctx, pod.Namespace, b.Service, pod.Labels)
 		switch {
 		case err != nil:
-			return 0, "", err
+			return nil, err
 		case !found:
-			return 0, "", fmt.Errorf("Service %s/%s, bound to target group %s, is not in the cache (yet)", pod.Namespace, b.Service, b.ARN)
-		case !selects:
+			return nil, fmt.Errorf("Service %s/%s, bound to target group %s, is not in the cache (yet)", pod.Namespace, b.Service, b.ARN)
+		case selects:
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// LagKey implements route.LagLearner: a group's lag is keyed as its
+// propagation is (LearnKey), after learn.LagPrefix.
+func (s *Source) LagKey(arn string) string { return learn.LagPrefix + s.LearnKey(arn) }
+
+// AdmissionNeed implements route.LagLearner: for each group bound to a
+// Service that selects the pod, how long after a pod's deletion the
+// controller was seen taking pods out of it (the learnt lag's bound:
+// learn.Learned) plus the group's tail; the longest. Zero when nothing was
+// learnt, or when the cache cannot tell which groups select the pod
+// (AdmissionWait says so).
+func (s *Source) AdmissionNeed(ctx context.Context, pod *corev1.Pod) (need time.Duration, why string) {
+	if s.cfg.Lags == nil || !s.synced.Load() || s.services == nil {
+		return 0, ""
+	}
+	bindings, err := s.selecting(ctx, pod)
+	if err != nil {
+		return 0, ""
+	}
+	for _, b := range bindings {
+		l := s.cfg.Lags.Learned(s.LagKey(b.ARN))
+		if l.N == 0 {
 			continue
 		}
 		t, name := s.tail(s.typeOf(b.ARN))
-		if t, name = s.learnedTail(b.ARN, t, name); t > tail {
-			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
+		t, name = s.learnedTail(b.ARN, t, name)
+		if n := l.Bound + t; n > need {
+			need = n
+			why = fmt.Sprintf("target group %s (Service %s) took pods out up to %s after their deletion (%s), plus its %s tail (%s)",
+				b.ARN, b.Service, l.Bound.Round(100*time.Millisecond), l.Phrase("lags"), name, t)
 		}
 	}
-	return tail, why, nil
+	return need, why
 }
 
 // ipBindings are the namespace's TargetGroupBindings of `ip` targets that
