@@ -275,6 +275,11 @@ func TestStillSendingPastTheTail(t *testing.T) {
 			if a.ClosedBy != api.ClosedByTraffic || !strings.Contains(a.Detail, "past the tail's end") {
 				t.Errorf("closed by %q: %s", a.ClosedBy, a.Detail)
 			}
+			// The close names the tail that held it (a learned one says
+			// so in its name).
+			if !strings.Contains(a.Why, "past the end of its ALB tail (10s)") {
+				t.Errorf("why %q does not name the tail", a.Why)
+			}
 		})
 	}
 }

@@ -182,7 +182,7 @@ func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail t
 	case j.closeAt.After(end):
 		by = api.ClosedByTraffic
 		detail = what + fmt.Sprintf(": open past the tail's end until %s, as %s", api.Stamp(j.closeAt), j.lengthened)
-		why = fmt.Sprintf("%s, %s past its tail's end", quiet, now.Sub(end).Round(100*time.Millisecond))
+		why = fmt.Sprintf("%s, %s past the end of its %s tail (%s)", quiet, now.Sub(end).Round(100*time.Millisecond), tailName, tail)
 	case j.sources == 0:
 		detail = what + ": closed at the tail's end, " + nothing
 		why = fmt.Sprintf("its %s tail (%s; %s)", tailName, tail, none)

@@ -459,6 +459,15 @@ func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy, l 
 		rps := r.o.RPS
 		if len(r.o.RolloutRPS) >= i {
 			rps = r.o.RolloutRPS[i-1]
+			if i > 1 && rps != r.o.RolloutRPS[i-2] {
+				// Each rollout's pods drain at its own rate: a rollout
+				// ends when its last pod is deleted, and its drains go on
+				// after it (a busy day's rollout, a quiet night's).
+				r.progress(st, "waiting for rollout %d's stopped pods to exit and leave the data plane before the rate changes", i-1)
+				if err := p.settle(ctx); err != nil {
+					return err
+				}
+			}
 			l.scale(float64(rps) / float64(r.o.RPS))
 		}
 		res.Rollouts = append(res.Rollouts, report.Rollout{Index: i, RPS: rps, Start: time.Now()})
