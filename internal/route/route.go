@@ -31,6 +31,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -129,6 +130,23 @@ type LagLearner interface {
 	LagKey(routeName string) string
 	AdmissionNeed(ctx context.Context, pod *corev1.Pod) (need time.Duration, why string)
 }
+
+// ErrGone is what an observation's error is (errors.Is) when the route's
+// owner itself is gone (a target group deleted in AWS): nothing more is to
+// be learnt of the route. Gone marks an error so, its message unchanged.
+var ErrGone = errors.New("the route's owner is gone")
+
+// Gone marks err as ErrGone; nil stays nil.
+func Gone(err error) error {
+	if err == nil {
+		return nil
+	}
+	return goneError{err}
+}
+
+type goneError struct{ error }
+
+func (g goneError) Unwrap() []error { return []error{g.error, ErrGone} }
 
 // Host is what the server offers a source when starting it.
 type Host struct {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"time"
@@ -158,13 +159,13 @@ func (p *pods) watchLocked(st *podState, now time.Time) {
 			for _, o := range obs {
 				k := gate.RouteKey{Kind: o.Kind, Name: o.Name}
 				switch {
-				case !slices.Contains(pending, k) || !o.Synced || !o.Out || o.Err != nil:
-				case o.NotRoute:
+				case !slices.Contains(pending, k):
+				case errors.Is(o.Err, route.ErrGone) || o.Synced && o.NotRoute:
 					if st.lagged == nil {
 						st.lagged = map[gate.RouteKey]bool{}
 					}
 					st.lagged[k] = true // nothing to learn
-				default:
+				case o.Synced && o.Out && o.Err == nil:
 					p.lagRecordLocked(st, k, del, now.Sub(del))
 				}
 			}

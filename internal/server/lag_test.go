@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
 )
 
 // lagRig is a rig that learns the lags of its "test" routes.
@@ -116,8 +118,9 @@ func TestLagWatchedPastTheDeadline(t *testing.T) {
 }
 
 // A route still in at the ceiling is learnt at the ceiling (it was at
-// least that late), and the watch ends; a route whose address another pod
-// holds now teaches nothing.
+// least that late), and the watch ends; a route whose owner is gone, or
+// whose address another pod holds now, teaches nothing; a read that
+// failed is tried again.
 func TestLagWatchEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newLagRig(2 * time.Minute)
@@ -133,6 +136,32 @@ func TestLagWatchEnds(t *testing.T) {
 		r.sweep(time.Now())
 		if len(r.lags) != 1 || r.lags[0] != 2*time.Minute || len(r.after) != 0 {
 			t.Fatalf("at the ceiling: lags %v, watched %d; want 2m0s and the watch ended", r.lags, len(r.after))
+		}
+
+		// A group deleted in AWS: nothing more to learn of it.
+		r3 := newLagRig(2 * time.Minute)
+		r3.deleteNow("u3")
+		r3.ask(t, "u3")
+		r3.remove(true)
+		r3.src.mu.Lock()
+		r3.src.obsErr = route.Gone(errors.New("TargetGroupNotFound"))
+		r3.src.mu.Unlock()
+		r3.sweep(time.Now())
+		if len(r3.lags) != 0 || len(r3.after) != 0 {
+			t.Errorf("group gone: lags %v, watched %d; want none, none", r3.lags, len(r3.after))
+		}
+		// A read that failed is tried again.
+		r4 := newLagRig(2 * time.Minute)
+		r4.deleteNow("u4")
+		r4.ask(t, "u4")
+		r4.remove(true)
+		r4.src.set(map[string]bool{"a": true})
+		r4.src.mu.Lock()
+		r4.src.obsErr = errors.New("Throttling")
+		r4.src.mu.Unlock()
+		r4.sweep(time.Now())
+		if len(r4.lags) != 0 || len(r4.after) != 1 {
+			t.Errorf("read failed: lags %v, watched %d; want none yet, still watched", r4.lags, len(r4.after))
 		}
 
 		r2 := newLagRig(2 * time.Minute)

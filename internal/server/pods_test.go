@@ -43,6 +43,7 @@ type scripted struct {
 	known   [][]string
 	forgot  []route.PodKey
 	ports   []uint16 // the routes' ports (traffic evidence applies)
+	obsErr  error    // each observation's error (a read that failed)
 	// block, when set, holds every Observe until it is closed.
 	block chan struct{}
 }
@@ -83,6 +84,7 @@ func (s *scripted) Observe(_ context.Context, _ *corev1.Pod, knownRoutes []gate.
 		if names[n] {
 			o.State, o.Out, o.What = "out", true, "dropped"
 		}
+		o.Err = s.obsErr
 		out = append(out, o)
 	}
 	return out, nil

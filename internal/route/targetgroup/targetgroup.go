@@ -220,6 +220,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			o = gate.Observation{Kind: Kind}
 		}
 		o.Name, o.Err = arn, obs.Err
+		if groupGone(obs.Err) {
+			o.Err = route.Gone(obs.Err)
+		}
 		if ok && obs.TypeErr != nil {
 			o.TailName += fmt.Sprintf(" (the load balancer's type is not known: %v)", obs.TypeErr)
 		}
