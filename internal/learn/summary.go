@@ -98,6 +98,20 @@ func (s Summary) Max() (time.Duration, bool) {
 	return m, true
 }
 
+// Median is the samples' median (the lower of the two middle ones for an
+// even count); zero without samples.
+func (s Summary) Median() time.Duration {
+	if len(s.Samples) == 0 {
+		return 0
+	}
+	ds := make([]time.Duration, len(s.Samples))
+	for i, x := range s.Samples {
+		ds[i] = x.D
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2]
+}
+
 // Upper is an upper confidence bound, at confidence 1 − alpha, of the
 // q-quantile of the durations, taking the samples for independent draws
 // of one distribution: the k-th smallest sample, k the least for which

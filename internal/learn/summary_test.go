@@ -3,6 +3,7 @@ package learn
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -128,6 +129,11 @@ func TestLearnedTail(t *testing.T) {
 	l := b.Learned("lb")
 	if l.Sure || l.N != 3 || l.Bound != 27*time.Second {
 		t.Fatalf("3 samples: %+v, want the longest (27s), not sure", l)
+	}
+	// Generous (a max-wait): the longest plus its spread above the median
+	// while few; a tail takes the longest alone.
+	if g, why := l.Generous("lags"); g != 49*time.Second || !strings.Contains(why, "plus its 22s above their median") {
+		t.Errorf("generous with 3, 5, 27s: %s (%q), want 27s + 22s", g, why)
 	}
 	if got, why := l.Tail(tail, false); got != 27*time.Second || why == "" {
 		t.Errorf("a longer propagation learnt: tail %s (%q), want 27s and why", got, why)

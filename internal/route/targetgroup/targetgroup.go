@@ -394,10 +394,11 @@ func (s *Source) AdmissionNeed(ctx context.Context, pod *corev1.Pod) (need time.
 		}
 		t, name := s.tail(s.typeOf(b.ARN))
 		t, name = s.learnedTail(b.ARN, t, name)
-		if n := l.Bound + t; n > need {
+		lag, phrase := l.Generous("lags")
+		if n := lag + t; n > need {
 			need = n
 			why = fmt.Sprintf("target group %s (Service %s) took pods out up to %s after their deletion (%s), plus its %s tail (%s)",
-				b.ARN, b.Service, l.Bound.Round(100*time.Millisecond), l.Phrase("lags"), name, t)
+				b.ARN, b.Service, lag.Round(100*time.Millisecond), phrase, name, t)
 		}
 	}
 	return need, why
