@@ -57,6 +57,9 @@ type jsonRollout struct {
 	ByTail    int            `json:"routes_closed_by_tail"`
 	ByTraffic int            `json:"routes_closed_by_traffic"`
 	Learned   int            `json:"pods_with_learned_tail"`
+	AtItsPods int            `json:"after_sigterm_at_its_pods"`
+	LagSized  int            `json:"pods_sized_by_learnt_lag"`
+	MaxWait   *float64       `json:"longest_learnt_max_wait_s,omitempty"`
 }
 
 // jsonPod's times are RFC 3339 strings, null when not seen.
@@ -103,7 +106,9 @@ type jsonPodNode struct {
 //	   "rollouts": [{"rollout", "rps", "start", "requests", "failed",
 //	     "stopped_pods", "termination_p50_s", "releases",
 //	     "routes_closed_by_tail", "routes_closed_by_traffic",
-//	     "pods_with_learned_tail"}] (with more than one rollout: Rollout),
+//	     "pods_with_learned_tail", "after_sigterm_at_its_pods",
+//	     "pods_sized_by_learnt_lag", "longest_learnt_max_wait_s"}] (with
+//	     more than one rollout: Rollout),
 //	   "pods": [{"name", "ip", "deleted", "failed_probe", "restarted",
 //	     "sigterm", "exit", "release", "released_at", "draining",
 //	     "after_sigterm",
@@ -161,7 +166,11 @@ func (r Report) jsonReport() jsonReport {
 				break
 			}
 			jr := jsonRollout{Index: ro.Index, RPS: ro.RPS, Start: ro.Start.UTC().Format(time.RFC3339Nano), Requests: ro.Requests, Failed: ro.Failed,
-				Pods: ro.Pods, Releases: copyCounts(ro.Releases), ByTail: ro.ByTail, ByTraffic: ro.ByTraffic, Learned: ro.Learned}
+				Pods: ro.Pods, Releases: copyCounts(ro.Releases), ByTail: ro.ByTail, ByTraffic: ro.ByTraffic, Learned: ro.Learned,
+				AtItsPods: ro.AtItsPods, LagSized: ro.LagSized}
+			if ro.LagSized > 0 {
+				jr.MaxWait = secondsPtr(ro.MaxWait, true)
+			}
 			if ro.Pods > 0 {
 				jr.TermP50 = secondsPtr(ro.TermP50, true)
 			}

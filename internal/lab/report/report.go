@@ -73,6 +73,11 @@ type Rollout struct {
 	// learnt, MaxWait the longest of their max-waits.
 	LagSized int
 	MaxWait  time.Duration `json:",omitempty"`
+	// AtItsPods counts the requests load balancer nodes sent this
+	// rollout's stopped pods at or after their SIGTERM (they fail): what
+	// its own pods lost, where Failed counts the requests sent in its
+	// window, a previous rollout's late drains included.
+	AtItsPods int
 }
 
 // FillRollouts fills each rollout's window and figures from the timeline
@@ -113,6 +118,7 @@ func (s *Strategy) FillRollouts() {
 			}
 			ro.ByTail += p.Closes.Tail
 			ro.ByTraffic += p.Closes.Traffic
+			ro.AtItsPods += p.AfterSIGTERM()
 			if slices.ContainsFunc(p.AgentLines, func(l string) bool { return strings.Contains(l, "propagations learnt") }) {
 				ro.Learned++
 			}
@@ -133,8 +139,8 @@ func (ro Rollout) RolloutLine() string {
 	for _, k := range slices.Sorted(maps.Keys(ro.Releases)) {
 		rel = append(rel, fmt.Sprintf("%s=%d", k, ro.Releases[k]))
 	}
-	out := fmt.Sprintf("rollout %d (%d requests/s at full scale): %d failed of %d; %d stopped pods, term p50 %.1fs",
-		ro.Index, ro.RPS, ro.Failed, ro.Requests, ro.Pods, ro.TermP50.Seconds())
+	out := fmt.Sprintf("rollout %d (%d requests/s at full scale): %d failed of %d sent in its window; %d stopped pods, %d requests sent them after their SIGTERM, term p50 %.1fs",
+		ro.Index, ro.RPS, ro.Failed, ro.Requests, ro.Pods, ro.AtItsPods, ro.TermP50.Seconds())
 	if len(rel) > 0 {
 		out += "; released by " + strings.Join(rel, " ")
 	}

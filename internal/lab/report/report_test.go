@@ -421,6 +421,7 @@ func TestFillRollouts(t *testing.T) {
 		pod("b", 5*time.Second, 14*time.Second, "drained", "released: by traffic", 0, 1),
 		pod("c", 22*time.Second, 34*time.Second, "drained", "its ALB (8s, lengthened to 11.2s by the longest of 6 propagations learnt) tail (11.2s)", 1, 0),
 	}
+	s.Pods[2].Nodes = map[string]PodNode{"lb-1": {AfterSIGTERM: 2}, "lb-2": {AfterSIGTERM: 1}}
 	s.Pods[1].MaxWaitSized = "1m6s: longer than the configured 36s by 30s, for the NLB tail"
 	s.Pods[2].MaxWaitSized = "56s: learnt: target group arn took pods out up to 48s after their deletion"
 	s.Rollouts = []Rollout{{Index: 1, RPS: 50, Start: t0.Add(2 * time.Second)}, {Index: 2, RPS: 3, Start: t0.Add(20 * time.Second)}}
@@ -432,10 +433,13 @@ func TestFillRollouts(t *testing.T) {
 	if two.Requests != 200 || two.Failed != 2 || two.Pods != 1 || two.TermP50 != 12*time.Second || two.ByTail != 1 || two.Learned != 1 || two.Releases["drained"] != 1 {
 		t.Errorf("rollout 2: %+v", two)
 	}
+	if one.AtItsPods != 0 || two.AtItsPods != 3 {
+		t.Errorf("requests after SIGTERM at each rollout's pods: %d, %d; want 0, 3", one.AtItsPods, two.AtItsPods)
+	}
 	if one.LagSized != 0 || two.LagSized != 1 || two.MaxWait != 56*time.Second {
 		t.Errorf("sized by the lag learnt: rollout 1 %d, rollout 2 %d up to %s; want 0, then 1 up to 56s", one.LagSized, two.LagSized, two.MaxWait)
 	}
-	if l := two.RolloutLine(); !strings.Contains(l, "2 failed of 200") || !strings.Contains(l, "1 of them released with a learned tail") ||
+	if l := two.RolloutLine(); !strings.Contains(l, "2 failed of 200 sent in its window") || !strings.Contains(l, "3 requests sent them after their SIGTERM") || !strings.Contains(l, "1 of them released with a learned tail") ||
 		!strings.Contains(l, "1 admitted with a max-wait sized by the lag learnt (up to 56s)") {
 		t.Errorf("line: %s", l)
 	}
