@@ -79,6 +79,7 @@ type jsonPod struct {
 	Sources      map[string]int         `json:"sources"`
 	Closes       *jsonCloses            `json:"closes,omitempty"`
 	AgentLines   []string               `json:"agent_lines,omitempty"`
+	MaxWaitSized string                 `json:"max_wait_sized,omitempty"`
 }
 
 type jsonCloses struct {
@@ -111,7 +112,7 @@ type jsonPodNode struct {
 //	     more than one rollout: Rollout),
 //	   "pods": [{"name", "ip", "deleted", "failed_probe", "restarted",
 //	     "sigterm", "exit", "release", "released_at", "draining",
-//	     "after_sigterm",
+//	     "after_sigterm", "max_wait_sized",
 //	     "nodes": {node: {"last_request", "route_out", "after_sigterm"}},
 //	     "sources": {address: requests}}]}],
 //	 "notes": [...]}
@@ -191,7 +192,7 @@ func podJSON(p Pod) jsonPod {
 		Nodes:        map[string]jsonPodNode{},
 		Sources:      copyCounts(p.Sources),
 	}
-	jp.AgentLines = p.AgentLines
+	jp.AgentLines, jp.MaxWaitSized = p.AgentLines, p.MaxWaitSized
 	if c := p.Closes; c.Tail+c.Traffic > 0 {
 		jp.Closes = &jsonCloses{Tail: c.Tail, Traffic: c.Traffic, BoundS: c.Bound.Seconds(), Rates: c.Rates, Unknown: c.Unknown}
 	}
