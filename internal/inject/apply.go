@@ -72,6 +72,8 @@ func (p *plan) apply(pod *corev1.Pod, s Settings) {
 	pod.Annotations[AnnotationInjected] = s.Version
 	if s.SizedBy != "" {
 		pod.Annotations[AnnotationMaxWaitSized] = p.t.maxWait.String() + ": " + s.SizedBy
+	} else {
+		delete(pod.Annotations, AnnotationMaxWaitSized) // the webhook's own, copied from another pod
 	}
 }
 
