@@ -46,20 +46,21 @@ type jsonStrategy struct {
 
 // jsonRollout is one rollout's figures (Rollout).
 type jsonRollout struct {
-	Index     int            `json:"rollout"`
-	RPS       int            `json:"rps"`
-	Start     string         `json:"start"`
-	Requests  int            `json:"requests"`
-	Failed    int            `json:"failed"`
-	Pods      int            `json:"stopped_pods"`
-	TermP50   *float64       `json:"termination_p50_s"`
-	Releases  map[string]int `json:"releases"`
-	ByTail    int            `json:"routes_closed_by_tail"`
-	ByTraffic int            `json:"routes_closed_by_traffic"`
-	Learned   int            `json:"pods_with_learned_tail"`
-	AtItsPods int            `json:"after_sigterm_at_its_pods"`
-	LagSized  int            `json:"pods_sized_by_learnt_lag"`
-	MaxWait   *float64       `json:"longest_learnt_max_wait_s,omitempty"`
+	Index       int            `json:"rollout"`
+	RPS         int            `json:"rps"`
+	Start       string         `json:"start"`
+	Requests    int            `json:"requests"`
+	Failed      int            `json:"failed"`
+	Pods        int            `json:"stopped_pods"`
+	TermP50     *float64       `json:"termination_p50_s"`
+	Releases    map[string]int `json:"releases"`
+	ByTail      int            `json:"routes_closed_by_tail"`
+	ByTraffic   int            `json:"routes_closed_by_traffic"`
+	Learned     int            `json:"pods_with_learned_tail"`
+	LearnedTail *float64       `json:"longest_learned_tail_s,omitempty"`
+	AtItsPods   int            `json:"after_sigterm_at_its_pods"`
+	LagSized    int            `json:"pods_sized_by_learnt_lag"`
+	MaxWait     *float64       `json:"longest_learnt_max_wait_s,omitempty"`
 }
 
 // jsonPod's times are RFC 3339 strings, null when not seen.
@@ -107,7 +108,8 @@ type jsonPodNode struct {
 //	   "rollouts": [{"rollout", "rps", "start", "requests", "failed",
 //	     "stopped_pods", "termination_p50_s", "releases",
 //	     "routes_closed_by_tail", "routes_closed_by_traffic",
-//	     "pods_with_learned_tail", "after_sigterm_at_its_pods",
+//	     "pods_with_learned_tail", "longest_learned_tail_s",
+//	     "after_sigterm_at_its_pods",
 //	     "pods_sized_by_learnt_lag", "longest_learnt_max_wait_s"}] (with
 //	     more than one rollout: Rollout),
 //	   "pods": [{"name", "ip", "deleted", "failed_probe", "restarted",
@@ -171,6 +173,9 @@ func (r Report) jsonReport() jsonReport {
 				AtItsPods: ro.AtItsPods, LagSized: ro.LagSized}
 			if ro.LagSized > 0 {
 				jr.MaxWait = secondsPtr(ro.MaxWait, true)
+			}
+			if ro.LearnedTail > 0 {
+				jr.LearnedTail = secondsPtr(ro.LearnedTail, true)
 			}
 			if ro.Pods > 0 {
 				jr.TermP50 = secondsPtr(ro.TermP50, true)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -67,8 +68,10 @@ type Rollout struct {
 	Releases          map[string]int `json:",omitempty"`
 	ByTail, ByTraffic int
 	// Learned counts the pods whose release said a tail was lengthened
-	// (or shortened) by what was learnt.
-	Learned int
+	// (or shortened) by what was learnt; LearnedTail is the longest such
+	// tail their releases named.
+	Learned     int
+	LearnedTail time.Duration `json:",omitempty"`
 	// LagSized counts the pods admitted with a max-wait sized by the lag
 	// learnt, MaxWait the longest of their max-waits.
 	LagSized int
@@ -122,6 +125,13 @@ func (s *Strategy) FillRollouts() {
 			if slices.ContainsFunc(p.AgentLines, func(l string) bool { return strings.Contains(l, "propagations learnt") }) {
 				ro.Learned++
 			}
+			for _, l := range p.AgentLines {
+				for _, m := range learnedTail.FindAllStringSubmatch(l, -1) {
+					if d, err := time.ParseDuration(m[1]); err == nil {
+						ro.LearnedTail = max(ro.LearnedTail, d)
+					}
+				}
+			}
 			if mw, why, ok := strings.Cut(p.MaxWaitSized, ": "); ok && strings.HasPrefix(why, "learnt") {
 				ro.LagSized++
 				if d, err := time.ParseDuration(mw); err == nil {
@@ -132,6 +142,10 @@ func (s *Strategy) FillRollouts() {
 		ro.TermP50, _ = pct(terms, 50)
 	}
 }
+
+// learnedTail finds the tail a release line says was lengthened or
+// shortened by what was learnt.
+var learnedTail = regexp.MustCompile(`(?:lengthened|shortened) to ([0-9.]+(?:ms|s|m)) by `)
 
 // RolloutLine says one rollout's figures in a sentence.
 func (ro Rollout) RolloutLine() string {
@@ -149,6 +163,9 @@ func (ro Rollout) RolloutLine() string {
 	}
 	if ro.Learned > 0 {
 		out += fmt.Sprintf("; %d of them released with a learned tail", ro.Learned)
+		if ro.LearnedTail > 0 {
+			out += fmt.Sprintf(" (up to %s)", ro.LearnedTail)
+		}
 	}
 	if ro.LagSized > 0 {
 		out += fmt.Sprintf("; %d admitted with a max-wait sized by the lag learnt (up to %s)", ro.LagSized, ro.MaxWait)

@@ -433,6 +433,9 @@ func TestFillRollouts(t *testing.T) {
 	if two.Requests != 200 || two.Failed != 2 || two.Pods != 1 || two.TermP50 != 12*time.Second || two.ByTail != 1 || two.Learned != 1 || two.Releases["drained"] != 1 {
 		t.Errorf("rollout 2: %+v", two)
 	}
+	if one.LearnedTail != 0 || two.LearnedTail != 11200*time.Millisecond {
+		t.Errorf("longest learned tail: %s, %s; want none, then 11.2s", one.LearnedTail, two.LearnedTail)
+	}
 	if one.AtItsPods != 0 || two.AtItsPods != 3 {
 		t.Errorf("requests after SIGTERM at each rollout's pods: %d, %d; want 0, 3", one.AtItsPods, two.AtItsPods)
 	}
