@@ -141,6 +141,7 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 		}
 		return nil
 	})
+	fs.BoolVar(&o.RateMidDrain, "rate-mid-drain", false, "with --rollout-rps, change the rate as soon as the previous rollout's last pod is deleted, while it still drains (a load that falls mid-drain, which fools the evidence's early close past an 8-fold fall); default: once the previous rollout's pods drained")
 	fs.IntVar(&o.Replicas, "replicas", 6, "Deployment replicas")
 	o.Load = lab.DefaultLoad()
 	o.Load.RegisterFlags(fs)

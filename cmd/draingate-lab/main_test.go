@@ -26,6 +26,7 @@ func TestParseBadInput(t *testing.T) {
 		{[]string{"run", "--strategies", "draingate,none,draingate"}, `strategy "draingate" given twice`},
 		{[]string{"run", "--scenario", "gcp"}, `unknown scenario "gcp": want one of alb, alb-instance, alb-slow, bluegreen, generic-lb, ingress, lag-past-deadline, local-policy, nlb, restart, sidecar, slow-aws`},
 		{[]string{"run", "--rps", "0"}, "--rps must be at least 1"},
+		{[]string{"run", "--rate-mid-drain"}, "--rate-mid-drain changes the rate between rollouts: give --rollout-rps too"},
 		{[]string{"run", "--time-scale", "-1"}, "--time-scale must be positive"},
 		{[]string{"run", "--propagation-min", "30s", "--propagation-max", "1s"}, "propagation-max 1s is below propagation-min 30s"},
 		{[]string{"run", "--json", "/no/such/dir/x.json"}, "folder /no/such/dir does not exist"},

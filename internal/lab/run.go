@@ -49,6 +49,11 @@ type Options struct {
 	// during each rollout, one per rollout (RPS is then the first): a busy
 	// rollout may precede a quiet one.
 	RolloutRPS []int
+	// RateMidDrain changes the rate as soon as the previous rollout's
+	// Deployment step ends, while its last pods still drain (a load that
+	// falls mid-drain: the sudden-fall limit of docs/evidence.md); by
+	// default a rollout whose rate differs waits for them.
+	RateMidDrain bool
 	// Load is the traffic's shape, clients and spread over the load
 	// balancer's nodes (already scaled).
 	Load     Load
@@ -459,7 +464,7 @@ func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy, l 
 		rps := r.o.RPS
 		if len(r.o.RolloutRPS) >= i {
 			rps = r.o.RolloutRPS[i-1]
-			if i > 1 && rps != r.o.RolloutRPS[i-2] {
+			if i > 1 && rps != r.o.RolloutRPS[i-2] && !r.o.RateMidDrain {
 				// Each rollout's pods drain at its own rate: a rollout
 				// ends when its last pod is deleted, and its drains go on
 				// after it (a busy day's rollout, a quiet night's).
@@ -588,6 +593,8 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 // least 1, its first the run's RPS, and a load whose rate can change.
 func (o Options) ValidateRolloutRPS() error {
 	switch {
+	case len(o.RolloutRPS) == 0 && o.RateMidDrain:
+		return errors.New("--rate-mid-drain changes the rate between rollouts: give --rollout-rps too")
 	case len(o.RolloutRPS) == 0:
 		return nil
 	case len(o.RolloutRPS) != o.Rollouts:

@@ -23,7 +23,7 @@ import (
 // period) and the first observation of each route out. It records that
 // lag per load balancer, for every pod whose agent asked, including pods
 // released at their deadline, whose routes it keeps watching after the
-// pod is gone (lagWatch); the injection webhook sizes the next pods'
+// pod is gone (watchLocked); the injection webhook sizes the next pods'
 // max-wait by it (route.LagLearner.AdmissionNeed, inject.Handler.Need).
 
 // lagLearning is what pods needs to learn lags.

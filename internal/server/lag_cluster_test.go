@@ -46,7 +46,12 @@ func TestLagLearntPastTheDeadline(t *testing.T) {
 		_, err := f.c.Client.CoreV1().Pods(f.ns).Get(ctx, "web", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
-	time.Sleep(3 * time.Second)
+	// The gone pod is watched (its target still healthy), not dropped.
+	waitFor(t, ctx, "the gone pod watched for its lag", func() bool {
+		r.srv.pods.mu.Lock()
+		defer r.srv.pods.mu.Unlock()
+		return len(r.srv.pods.after) == 1
+	})
 	lagKeys := func() []string {
 		var out []string
 		for _, k := range r.srv.book.Keys() {
