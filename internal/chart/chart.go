@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/deploy/helm"
-	"draingate.dev/draingate/internal/inject"
 )
 
 // Load reads the embedded chart.
@@ -160,7 +160,7 @@ func WaitInjecting(ctx context.Context, cl kubernetes.Interface, ns string, time
 		switch {
 		case err != nil:
 			last = err
-		case p.Annotations[inject.AnnotationInjected] != "":
+		case p.Annotations[api.AnnotationInjected] != "":
 			return nil
 		default:
 			last = fmt.Errorf("a dry-run pod in %s came back without the agent", ns)

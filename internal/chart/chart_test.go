@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/testenv"
 	"draingate.dev/draingate/internal/testutil"
 	"draingate.dev/draingate/internal/waitapi"
@@ -89,7 +88,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 
 	app := "app-" + sys[len(sys)-6:]
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: app, Labels: map[string]string{
-		inject.LabelInject: inject.Enabled, "pod-security.kubernetes.io/enforce": "restricted",
+		api.LabelInject: api.Enabled, "pod-security.kubernetes.io/enforce": "restricted",
 	}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +148,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		return len(pods) == 2, nil
 	})
 	victim := pods[0]
-	if victim.Annotations[inject.AnnotationInjected] == "" {
+	if victim.Annotations[api.AnnotationInjected] == "" {
 		t.Fatalf("pod %s was not injected: annotations %v", victim.Name, victim.Annotations)
 	}
 	hook := victim.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
@@ -160,20 +159,20 @@ func TestChartInstallsAndInjects(t *testing.T) {
 		t.Errorf("grace period %d s: want raised to fit max-wait 60 s and the shutdown budget 10 s", g)
 	}
 	t.Logf("injected preStop: %q", hook)
-	if inst := victim.Spec.InitContainers[0]; inst.Name != inject.InstallerName || inst.Resources.Requests.Cpu().Cmp(q("20m")) < 0 {
+	if inst := victim.Spec.InitContainers[0]; inst.Name != api.InstallerName || inst.Resources.Requests.Cpu().Cmp(q("20m")) < 0 {
 		t.Errorf("first init container %s with requests %v: want the installer fitted to the LimitRange's minimum", inst.Name, inst.Resources.Requests)
 	}
 
 	// The watcher, a native sidecar after the installer, fitted to the
 	// LimitRange too; the agent's lines below must show its history sent.
-	if len(victim.Spec.InitContainers) < 2 || victim.Spec.InitContainers[1].Name != inject.WatcherName ||
+	if len(victim.Spec.InitContainers) < 2 || victim.Spec.InitContainers[1].Name != api.WatcherName ||
 		ptr.Deref(victim.Spec.InitContainers[1].RestartPolicy, "") != corev1.ContainerRestartPolicyAlways ||
 		victim.Spec.InitContainers[1].Resources.Requests.Cpu().Cmp(q("20m")) < 0 {
 		t.Errorf("init containers %+v: want the installer, then the watcher as a native sidecar fitted to the LimitRange", victim.Spec.InitContainers)
 	}
 	watcherUp := false
 	for _, st := range victim.Status.InitContainerStatuses {
-		watcherUp = watcherUp || st.Name == inject.WatcherName && st.State.Running != nil && st.Started != nil && *st.Started
+		watcherUp = watcherUp || st.Name == api.WatcherName && st.State.Running != nil && st.Started != nil && *st.Started
 	}
 	if !watcherUp {
 		t.Errorf("watcher not running in the Ready pod: %+v", victim.Status.InitContainerStatuses)
@@ -238,7 +237,7 @@ func TestChartInstallsAndInjects(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with the gate server down, pod creation failed: %v", err)
 	}
-	if created.Annotations[inject.AnnotationInjected] != "" || len(created.Spec.InitContainers) != 0 {
+	if created.Annotations[api.AnnotationInjected] != "" || len(created.Spec.InitContainers) != 0 {
 		t.Errorf("pod created while the webhook is down was mutated: %v", created.Annotations)
 	}
 	if after := failOpen(t, ctx, c); after <= before {

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/api"
 )
 
 // A webhook called after draingate's adds a proxy that takes the pod's
@@ -40,7 +42,7 @@ func TestMutateGatesContainersAddedLater(t *testing.T) {
 	if cmd := out.Spec.Containers[1].Lifecycle.PreStop.Exec.Command; !slices.Contains(cmd, "--then-sleep") {
 		t.Errorf("proxy hook %q does not run its own sleep after the wait", cmd)
 	}
-	if !slices.ContainsFunc(out.Spec.Containers[1].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == VolumeName }) {
+	if !slices.ContainsFunc(out.Spec.Containers[1].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == api.VolumeName }) {
 		t.Errorf("proxy does not mount the agent")
 	}
 	if out.Spec.Containers[2].Lifecycle != nil || len(out.Spec.Volumes) != len(first.Spec.Volumes) ||
@@ -59,7 +61,7 @@ func TestMutateGatesContainersAddedLater(t *testing.T) {
 	// An added container that cannot be gated is said so, and nothing changes.
 	bad := first.DeepCopy()
 	bad.Spec.Containers = append(bad.Spec.Containers, corev1.Container{Name: "proxy", Ports: []corev1.ContainerPort{{ContainerPort: 15001}},
-		VolumeMounts: []corev1.VolumeMount{{Name: "x", MountPath: AgentDir}}})
+		VolumeMounts: []corev1.VolumeMount{{Name: "x", MountPath: api.AgentDir}}})
 	if got, w, _ := Mutate(bad, s); got != bad || len(w) != 1 || !strings.Contains(w[0], "not gated") || strings.Contains(w[0], "not injected") || !strings.Contains(w[0], `"proxy"`) {
 		t.Errorf("conflicting added container: changed %t, warnings %q", got != bad, w)
 	}

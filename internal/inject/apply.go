@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"draingate.dev/draingate/internal/prestop"
+	"draingate.dev/draingate/api"
 )
 
 // The changes Mutate makes, once the plan is made: the agent's volume, its
@@ -17,17 +17,17 @@ import (
 // mountDir is where gated containers see the agent's volume.
 func mountDir(s Settings) string {
 	if s.ImageVolume {
-		return ImageDir
+		return api.ImageDir
 	}
-	return AgentDir
+	return api.AgentDir
 }
 
 // agentPath is the agent's executable as a gated container sees it.
 func agentPath(s Settings) string {
 	if s.ImageVolume {
-		return ImageDir + agentInImage
+		return api.ImageDir + api.AgentInImage
 	}
-	return AgentDir + "/" + agentFile
+	return api.AgentDir + "/" + api.AgentFile
 }
 
 // apply makes the planned changes to pod, a copy Mutate owns.
@@ -69,11 +69,11 @@ func (p *plan) apply(pod *corev1.Pod, s Settings) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationInjected] = s.Version
+	pod.Annotations[api.AnnotationInjected] = s.Version
 	if s.SizedBy != "" {
-		pod.Annotations[AnnotationMaxWaitSized] = p.t.maxWait.String() + ": " + s.SizedBy
+		pod.Annotations[api.AnnotationMaxWaitSized] = p.t.maxWait.String() + ": " + s.SizedBy
 	} else {
-		delete(pod.Annotations, AnnotationMaxWaitSized) // the webhook's own, copied from another pod
+		delete(pod.Annotations, api.AnnotationMaxWaitSized) // the webhook's own, copied from another pod
 	}
 }
 
@@ -90,12 +90,12 @@ func (p *plan) applyAdded(pod *corev1.Pod, s Settings) {
 
 // gate makes c run the agent as its preStop hook.
 func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeName, MountPath: mountDir(s), ReadOnly: true})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: api.VolumeName, MountPath: mountDir(s), ReadOnly: true})
 	c.Env = append(c.Env, missingEnv(c.Env, s.Server)...)
 	cmd := []string{agentPath(s), "wait", "--max-wait", p.t.maxWait.String(), "--fallback", p.t.fallback.String()}
 	if p.token {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenDir, ReadOnly: true})
-		cmd = append(cmd, "--token-file", TokenDir+"/"+tokenFile)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: api.TokenVolumeName, MountPath: api.TokenDir, ReadOnly: true})
+		cmd = append(cmd, "--token-file", api.TokenDir+"/"+api.TokenFile)
 	}
 	if p.log {
 		cmd = append(cmd, "--log", agentLogPath)
@@ -105,9 +105,9 @@ func (p *plan) gate(c *corev1.Container, hook original, s Settings) {
 		// agent older than this server (an image pinned to an earlier
 		// release) ignores a variable it does not know, where a flag it
 		// does not know would cost the wait.
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: WatchVolumeName, MountPath: WatchDir, ReadOnly: true})
-		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == watchSocketEnv }) {
-			c.Env = append(c.Env, corev1.EnvVar{Name: watchSocketEnv, Value: WatchDir + "/" + prestop.WatchSocketName})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: api.WatchVolumeName, MountPath: api.WatchDir, ReadOnly: true})
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == api.EnvWatchSocket }) {
+			c.Env = append(c.Env, corev1.EnvVar{Name: api.EnvWatchSocket, Value: api.WatchDir + "/" + api.WatchSocket})
 		}
 	}
 	cmd = append(cmd, hook.then...)
@@ -132,19 +132,19 @@ func missingEnv(env []corev1.EnvVar, server string) []corev1.EnvVar {
 			}})
 		}
 	}
-	if !has(serverEnv) {
-		add = append(add, corev1.EnvVar{Name: serverEnv, Value: server})
+	if !has(api.EnvServer) {
+		add = append(add, corev1.EnvVar{Name: api.EnvServer, Value: server})
 	}
 	return add
 }
 
 func agentVolume(s Settings) corev1.Volume {
 	if s.ImageVolume {
-		return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
+		return corev1.Volume{Name: api.VolumeName, VolumeSource: corev1.VolumeSource{
 			Image: &corev1.ImageVolumeSource{Reference: s.AgentImage, PullPolicy: corev1.PullIfNotPresent},
 		}}
 	}
-	return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{
+	return corev1.Volume{Name: api.VolumeName, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(s.EmptyDirSizeLimit.DeepCopy())},
 	}}
 }
@@ -152,16 +152,16 @@ func agentVolume(s Settings) corev1.Volume {
 // tokenVolume is the hostNetwork pod's projected ServiceAccount token, bound
 // to the pod, for the gate server alone (its audience).
 func tokenVolume() corev1.Volume {
-	return corev1.Volume{Name: TokenVolumeName, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+	return corev1.Volume{Name: api.TokenVolumeName, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-			Audience: TokenAudience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: tokenFile,
+			Audience: api.TokenAudience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: api.TokenFile,
 		}}},
 	}}}
 }
 
 // watchVolume holds the watcher's socket, nothing else.
 func watchVolume() corev1.Volume {
-	return corev1.Volume{Name: WatchVolumeName, VolumeSource: corev1.VolumeSource{
+	return corev1.Volume{Name: api.WatchVolumeName, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))},
 	}}
 }
@@ -173,14 +173,14 @@ func watchVolume() corev1.Volume {
 // Security "restricted" on its own.
 func watcher(s Settings) corev1.Container {
 	c := installer(s)
-	c.Name = WatcherName
-	c.Command = []string{agentInImage, "watch", "--socket", WatchDir + "/" + prestop.WatchSocketName}
+	c.Name = api.WatcherName
+	c.Command = []string{api.AgentInImage, "watch", "--socket", api.WatchDir + "/" + api.WatchSocket}
 	if l, ok := s.WatcherResources.Limits[corev1.ResourceMemory]; ok && l.Value() > 0 {
 		// The Go runtime's soft limit, under the container's: it
 		// collects harder before the kernel kills it.
 		c.Command = append(c.Command, "--memory-limit", strconv.FormatInt(l.Value()/4*3, 10))
 	}
-	c.VolumeMounts = []corev1.VolumeMount{{Name: WatchVolumeName, MountPath: WatchDir}}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: api.WatchVolumeName, MountPath: api.WatchDir}}
 	c.Resources = *s.WatcherResources.DeepCopy()
 	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	return c
@@ -192,11 +192,11 @@ func watcher(s Settings) corev1.Container {
 // default requests equal to limits, so quotas accept it).
 func installer(s Settings) corev1.Container {
 	return corev1.Container{
-		Name:            InstallerName,
+		Name:            api.InstallerName,
 		Image:           s.AgentImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{agentInImage, "install", AgentDir},
-		VolumeMounts:    []corev1.VolumeMount{{Name: VolumeName, MountPath: AgentDir}},
+		Command:         []string{api.AgentInImage, "install", api.AgentDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: api.VolumeName, MountPath: api.AgentDir}},
 		Resources:       *s.InstallerResources.DeepCopy(),
 		// A failed install shows its own words in the pod's status.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

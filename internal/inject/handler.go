@@ -213,8 +213,8 @@ func (h *Handler) mutate(ctx context.Context, log *slog.Logger, req *admissionv1
 		return nil, &httpError{http.StatusInternalServerError, fmt.Sprintf("reading namespace %s's labels: %v", pod.Namespace, err)}
 	}
 	var warnings []string
-	if v, ok := pod.Labels[LabelInject]; ok && v != Enabled && v != Disabled {
-		warnings = append(warnings, fmt.Sprintf("%slabel %s=%s is neither %s nor %s, and is ignored", warnPrefix, LabelInject, api.Quote(v, maxQuoted), Enabled, Disabled))
+	if v, ok := pod.Labels[api.LabelInject]; ok && v != api.Enabled && v != api.Disabled {
+		warnings = append(warnings, fmt.Sprintf("%slabel %s=%s is neither %s nor %s, and is ignored", warnPrefix, api.LabelInject, api.Quote(v, maxQuoted), api.Enabled, api.Disabled))
 	}
 	if !wanted {
 		log.Debug("not wanted")
@@ -309,7 +309,7 @@ func (h *Handler) sizeMaxWait(ctx context.Context, log *slog.Logger, pod *corev1
 // by what was learnt, up to the ceiling; a pod whose max-wait annotation
 // sets its own keeps it (and no SizedBy).
 func (h *Handler) sizeByNeed(ctx context.Context, log *slog.Logger, pod *corev1.Pod, s Settings) Settings {
-	if _, own := pod.Annotations[AnnotationMaxWait]; own {
+	if _, own := pod.Annotations[api.AnnotationMaxWait]; own {
 		s.SizedBy = ""
 		return s
 	}
@@ -365,7 +365,7 @@ func (h *Handler) fitInstaller(ctx context.Context, log *slog.Logger, pod *corev
 // wanted applies Wanted, asking for the namespace's labels only when the
 // pod's own label leaves the answer open.
 func (h *Handler) wanted(ctx context.Context, pod *corev1.Pod, s Settings) (bool, error) {
-	if Wanted(pod, nil, s) || !Wanted(pod, map[string]string{LabelInject: Enabled}, s) {
+	if Wanted(pod, nil, s) || !Wanted(pod, map[string]string{api.LabelInject: api.Enabled}, s) {
 		return Wanted(pod, nil, s), nil
 	}
 	if h.nsLabels == nil {

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"draingate.dev/draingate/api"
 )
 
 const testUID = types.UID("705ab4f5-6393-11e8-b7cc-42010a800002")
@@ -78,7 +80,7 @@ func (f *fakeNamespaces) lookup(_ context.Context, ns string) (map[string]string
 }
 
 func optedIn() *fakeNamespaces {
-	return &fakeNamespaces{labels: map[string]map[string]string{testNS: {LabelInject: Enabled, "kubernetes.io/metadata.name": testNS}}}
+	return &fakeNamespaces{labels: map[string]map[string]string{testNS: {api.LabelInject: api.Enabled, "kubernetes.io/metadata.name": testNS}}}
 }
 
 func newTestHandler(ns *fakeNamespaces, s Settings) http.Handler {
@@ -286,11 +288,11 @@ func TestHandlerAnswers(t *testing.T) {
 		},
 		{
 			name: "invalid annotation",
-			body: func(t *testing.T) []byte { return reviewBody(t, with(annotate(AnnotationMaxWait, "ages")), nil) },
+			body: func(t *testing.T) []byte { return reviewBody(t, with(annotate(api.AnnotationMaxWait, "ages")), nil) },
 			check: func(t *testing.T, rec *httptest.ResponseRecorder, _ *fakeNamespaces) {
 				resp := answer(t, rec, "admission.k8s.io/v1")
 				noPatch(t, resp)
-				wantWarning(t, resp.Warnings, "not injected", AnnotationMaxWait, `"ages"`)
+				wantWarning(t, resp.Warnings, "not injected", api.AnnotationMaxWait, `"ages"`)
 			},
 		},
 		{
@@ -304,7 +306,7 @@ func TestHandlerAnswers(t *testing.T) {
 		{
 			name: "pod opted in: the namespace is not asked",
 			body: func(t *testing.T) []byte {
-				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[LabelInject] = Enabled }), nil)
+				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[api.LabelInject] = api.Enabled }), nil)
 			},
 			ns: &fakeNamespaces{err: errors.New("must not be asked")},
 			check: func(t *testing.T, rec *httptest.ResponseRecorder, ns *fakeNamespaces) {
@@ -319,7 +321,7 @@ func TestHandlerAnswers(t *testing.T) {
 		{
 			name: "pod opted out in an opted-in namespace",
 			body: func(t *testing.T) []byte {
-				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[LabelInject] = Disabled }), nil)
+				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[api.LabelInject] = api.Disabled }), nil)
 			},
 			check: func(t *testing.T, rec *httptest.ResponseRecorder, ns *fakeNamespaces) {
 				noPatch(t, answer(t, rec, "admission.k8s.io/v1"))
@@ -328,11 +330,11 @@ func TestHandlerAnswers(t *testing.T) {
 		{
 			name: "unrecognised pod label value",
 			body: func(t *testing.T) []byte {
-				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[LabelInject] = "true" }), nil)
+				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[api.LabelInject] = "true" }), nil)
 			},
 			check: func(t *testing.T, rec *httptest.ResponseRecorder, ns *fakeNamespaces) {
 				resp := answer(t, rec, "admission.k8s.io/v1")
-				wantWarning(t, resp.Warnings, LabelInject, `"true"`, "ignored")
+				wantWarning(t, resp.Warnings, api.LabelInject, `"true"`, "ignored")
 				if resp.Patch == nil {
 					t.Error("the namespace opted in, yet no patch")
 				}
@@ -341,7 +343,7 @@ func TestHandlerAnswers(t *testing.T) {
 		{
 			name: "draingate's own namespace",
 			body: func(t *testing.T) []byte {
-				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[LabelInject] = Enabled }), func(r *admissionv1.AdmissionReview) {
+				return reviewBody(t, with(func(p *corev1.Pod) { p.Labels[api.LabelInject] = api.Enabled }), func(r *admissionv1.AdmissionReview) {
 					r.Request.Namespace = "draingate-system"
 				})
 			},
@@ -430,7 +432,7 @@ func TestHandlerMethod(t *testing.T) {
 // settings and the namespace lookup here do not fail).
 func FuzzHandler(f *testing.F) {
 	f.Add(reviewBody(f, webPod(), nil))
-	f.Add(reviewBody(f, with(annotate(AnnotationContainers, "web,nope", AnnotationMaxWait, "1h")), nil))
+	f.Add(reviewBody(f, with(annotate(api.AnnotationContainers, "web,nope", api.AnnotationMaxWait, "1h")), nil))
 	f.Add(reviewBody(f, with(preStop(corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}})), func(r *admissionv1.AdmissionReview) {
 		r.Request.Operation = admissionv1.Update
 	}))
@@ -500,7 +502,7 @@ func TestHandlerSizesMaxWaitFromRoutes(t *testing.T) {
 	if g, p := *sized.Spec.TerminationGracePeriodSeconds, *plain.Spec.TerminationGracePeriodSeconds; g != p+280 {
 		t.Errorf("grace period %ds behind an NLB, want the plain pod's %ds + 280s", g, p)
 	}
-	if got := maxWaitOf(patched(t, with(annotate(AnnotationMaxWait, "45s")), nlb)); got != "45s" {
+	if got := maxWaitOf(patched(t, with(annotate(api.AnnotationMaxWait, "45s")), nlb)); got != "45s" {
 		t.Errorf("max-wait with the annotation %q, want the annotation's 45s", got)
 	}
 	failing := func(context.Context, *corev1.Pod) (time.Duration, string, error) {
@@ -547,9 +549,9 @@ func TestHandlerSizesMaxWaitFromWhatWasLearnt(t *testing.T) {
 		return cmd[slices.Index(cmd, "--max-wait")+1]
 	}
 	plain, ws := admit(t, webPod(), 10*time.Minute, 0, 0)
-	if maxWaitOf(plain) != "1m30s" || plain.Annotations[AnnotationMaxWaitSized] != "" || len(ws) != 0 {
+	if maxWaitOf(plain) != "1m30s" || plain.Annotations[api.AnnotationMaxWaitSized] != "" || len(ws) != 0 {
 		t.Fatalf("nothing learnt: max-wait %s, annotation %q, warnings %q; want the configured 1m30s, and nothing said",
-			maxWaitOf(plain), plain.Annotations[AnnotationMaxWaitSized], ws)
+			maxWaitOf(plain), plain.Annotations[api.AnnotationMaxWaitSized], ws)
 	}
 	for _, c := range []struct {
 		name               string
@@ -570,7 +572,7 @@ func TestHandlerSizesMaxWaitFromWhatWasLearnt(t *testing.T) {
 			if g := *pod.Spec.TerminationGracePeriodSeconds - *plain.Spec.TerminationGracePeriodSeconds; g != c.wantGraceOverPlain {
 				t.Errorf("grace period %ds over the plain pod's, want %ds", g, c.wantGraceOverPlain)
 			}
-			said := pod.Annotations[AnnotationMaxWaitSized]
+			said := pod.Annotations[api.AnnotationMaxWaitSized]
 			if c.wantSaid == "" {
 				if said != "" || len(ws) != 0 {
 					t.Errorf("annotation %q, warnings %q; want nothing said", said, ws)
@@ -585,9 +587,9 @@ func TestHandlerSizesMaxWaitFromWhatWasLearnt(t *testing.T) {
 			}
 		})
 	}
-	own, ws := admit(t, with(annotate(AnnotationMaxWait, "45s")), 10*time.Minute, 0, 140*time.Second)
-	if maxWaitOf(own) != "45s" || own.Annotations[AnnotationMaxWaitSized] != "" || len(ws) != 0 {
-		t.Errorf("own annotation: max-wait %s, sized %q, warnings %q; want 45s and nothing said", maxWaitOf(own), own.Annotations[AnnotationMaxWaitSized], ws)
+	own, ws := admit(t, with(annotate(api.AnnotationMaxWait, "45s")), 10*time.Minute, 0, 140*time.Second)
+	if maxWaitOf(own) != "45s" || own.Annotations[api.AnnotationMaxWaitSized] != "" || len(ws) != 0 {
+		t.Errorf("own annotation: max-wait %s, sized %q, warnings %q; want 45s and nothing said", maxWaitOf(own), own.Annotations[api.AnnotationMaxWaitSized], ws)
 	}
 }
 

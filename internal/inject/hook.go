@@ -67,11 +67,11 @@ func execHook(c *corev1.Container, e *corev1.ExecAction) (original, string) {
 	if len(e.Command) == 0 {
 		return original{}, fmt.Sprintf("container %q: its preStop exec hook has no command", c.Name)
 	}
-	if path.Base(e.Command[0]) == agentFile {
+	if path.Base(e.Command[0]) == api.AgentFile {
 		// Wrapping the agent in itself would wait twice; this pod was
 		// injected by hand (or by an older injector without the annotation).
 		return original{}, fmt.Sprintf("container %q: its preStop hook already runs %s; remove it, or label the pod %s=%s",
-			c.Name, agentFile, LabelInject, Disabled)
+			c.Name, api.AgentFile, api.LabelInject, api.Disabled)
 	}
 	// After "--" the agent takes every argument as the hook's argv, so
 	// arguments that look like flags, or another "--", survive untouched.
@@ -96,7 +96,7 @@ func sleepHook(c *corev1.Container, s *corev1.SleepAction) (original, string) {
 }
 
 func httpGetHook(c *corev1.Container, g *corev1.HTTPGetAction) (original, string) {
-	const advice = "use an exec hook, or leave this container out with annotation " + AnnotationContainers
+	const advice = "use an exec hook, or leave this container out with annotation " + api.AnnotationContainers
 	scheme := strings.ToLower(string(g.Scheme))
 	switch {
 	case scheme != "" && scheme != "http":

@@ -183,8 +183,8 @@ func injected(t *testing.T, orig, out *corev1.Pod, s Settings) {
 	if out == orig {
 		t.Fatal("pod not injected")
 	}
-	if out.Annotations[AnnotationInjected] != s.Version {
-		t.Errorf("annotation %s = %q, want %q", AnnotationInjected, out.Annotations[AnnotationInjected], s.Version)
+	if out.Annotations[api.AnnotationInjected] != s.Version {
+		t.Errorf("annotation %s = %q, want %q", api.AnnotationInjected, out.Annotations[api.AnnotationInjected], s.Version)
 	}
 	checkVolume(t, out, s)
 	checkInstaller(t, orig, out, s)
@@ -209,9 +209,9 @@ func injected(t *testing.T, orig, out *corev1.Pod, s Settings) {
 
 func checkVolume(t *testing.T, out *corev1.Pod, s Settings) {
 	t.Helper()
-	i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == VolumeName })
+	i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == api.VolumeName })
 	if i < 0 {
-		t.Fatalf("no volume %s", VolumeName)
+		t.Fatalf("no volume %s", api.VolumeName)
 	}
 	v := out.Spec.Volumes[i]
 	if s.ImageVolume {
@@ -242,13 +242,13 @@ func checkInstaller(t *testing.T, orig, out *corev1.Pod, s Settings) {
 		t.Errorf("the pod's own init containers changed or moved")
 	}
 	c := out.Spec.InitContainers[0]
-	if c.Name != InstallerName || c.Image != s.AgentImage || !slices.Equal(c.Command, []string{"/bin/draingate-prestop", "install", "/draingate"}) {
+	if c.Name != api.InstallerName || c.Image != s.AgentImage || !slices.Equal(c.Command, []string{"/bin/draingate-prestop", "install", "/draingate"}) {
 		t.Errorf("installer: name %s image %s command %q", c.Name, c.Image, c.Command)
 	}
 	if c.RestartPolicy != nil {
 		t.Errorf("installer is a sidecar")
 	}
-	if !reflect.DeepEqual(c.VolumeMounts, []corev1.VolumeMount{{Name: VolumeName, MountPath: "/draingate"}}) {
+	if !reflect.DeepEqual(c.VolumeMounts, []corev1.VolumeMount{{Name: api.VolumeName, MountPath: "/draingate"}}) {
 		t.Errorf("installer mounts %+v", c.VolumeMounts)
 	}
 	sc := c.SecurityContext
@@ -293,9 +293,9 @@ func checkContainer(t *testing.T, orig, out *corev1.Container, s Settings) {
 	if s.ImageVolume {
 		dir = "/draingate-image"
 	}
-	want := corev1.VolumeMount{Name: VolumeName, MountPath: dir, ReadOnly: true}
+	want := corev1.VolumeMount{Name: api.VolumeName, MountPath: dir, ReadOnly: true}
 	if !slices.ContainsFunc(out.VolumeMounts, func(m corev1.VolumeMount) bool { return reflect.DeepEqual(m, want) }) {
-		t.Errorf("%s: no read-only mount of %s at %s: %+v", out.Name, VolumeName, dir, out.VolumeMounts)
+		t.Errorf("%s: no read-only mount of %s at %s: %+v", out.Name, api.VolumeName, dir, out.VolumeMounts)
 	}
 	same := func(a, b any) bool { return reflect.DeepEqual(a, b) }
 	if !slices.EqualFunc(out.VolumeMounts[:len(orig.VolumeMounts)], orig.VolumeMounts, func(a, b corev1.VolumeMount) bool { return same(a, b) }) ||
@@ -485,7 +485,7 @@ func TestMutate(t *testing.T) {
 			pod:  with(preStop(corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/stop", Port: intstr.FromInt32(8443), Scheme: corev1.URISchemeHTTPS}})),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				unchanged(t, orig, out)
-				wantWarning(t, warnings, "not injected", `container "web"`, "HTTPS", "plain http", AnnotationContainers)
+				wantWarning(t, warnings, "not injected", `container "web"`, "HTTPS", "plain http", api.AnnotationContainers)
 			},
 		},
 		{
@@ -597,7 +597,7 @@ func TestMutate(t *testing.T) {
 			pod: with(func(p *corev1.Pod) {
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "worker", Image: "example.com/worker:2",
 					Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/worker", "drain"}}}}})
-				annotate(AnnotationContainers, " worker ")(p)
+				annotate(api.AnnotationContainers, " worker ")(p)
 			}),
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
@@ -611,7 +611,7 @@ func TestMutate(t *testing.T) {
 			name: "annotation names two containers, one twice",
 			pod: with(func(p *corev1.Pod) {
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "worker", Image: "example.com/worker:2"})
-				annotate(AnnotationContainers, "worker,web,worker")(p)
+				annotate(api.AnnotationContainers, "worker,web,worker")(p)
 			}),
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
@@ -621,21 +621,21 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "annotation names an unknown container",
-			pod:  with(annotate(AnnotationContainers, "web,wbe")),
+			pod:  with(annotate(api.AnnotationContainers, "web,wbe")),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				unchanged(t, orig, out)
-				wantWarning(t, warnings, "not injected", AnnotationContainers, `"web,wbe"`, `"wbe"`, "(web)")
+				wantWarning(t, warnings, "not injected", api.AnnotationContainers, `"web,wbe"`, `"wbe"`, "(web)")
 			},
 		},
 		{
 			name: "annotation names a native sidecar",
 			pod: with(func(p *corev1.Pod) {
 				p.Spec.InitContainers = []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.31", RestartPolicy: &sidecar}}
-				annotate(AnnotationContainers, "envoy")(p)
+				annotate(api.AnnotationContainers, "envoy")(p)
 			}),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				unchanged(t, orig, out)
-				wantWarning(t, warnings, "not injected", AnnotationContainers, "init container", `"envoy"`)
+				wantWarning(t, warnings, "not injected", api.AnnotationContainers, "init container", `"envoy"`)
 			},
 		},
 		{
@@ -673,14 +673,14 @@ func TestMutate(t *testing.T) {
 				// bound to the pod instead.
 				wantCmd(t, out, "web", []string{"/draingate/draingate-prestop", "wait", "--max-wait", "1m30s", "--fallback", "30s",
 					"--token-file", "/var/run/secrets/draingate.dev/token", "--log", "/proc/1/fd/1"})
-				i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == TokenVolumeName })
+				i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == api.TokenVolumeName })
 				if i < 0 || out.Spec.Volumes[i].Projected == nil || len(out.Spec.Volumes[i].Projected.Sources) != 1 {
-					t.Fatalf("volumes %+v: want one projected %s", out.Spec.Volumes, TokenVolumeName)
+					t.Fatalf("volumes %+v: want one projected %s", out.Spec.Volumes, api.TokenVolumeName)
 				}
 				if sat := out.Spec.Volumes[i].Projected.Sources[0].ServiceAccountToken; sat == nil || sat.Audience != "draingate" || sat.Path != "token" || ptr.Deref(sat.ExpirationSeconds, 0) != 3600 {
 					t.Errorf("token projection %+v: want audience draingate, path token, 3600 s", sat)
 				}
-				want := corev1.VolumeMount{Name: TokenVolumeName, MountPath: TokenDir, ReadOnly: true}
+				want := corev1.VolumeMount{Name: api.TokenVolumeName, MountPath: api.TokenDir, ReadOnly: true}
 				if !slices.ContainsFunc(container(out, "web").VolumeMounts, func(m corev1.VolumeMount) bool { return reflect.DeepEqual(m, want) }) {
 					t.Errorf("mounts %+v: want %+v", container(out, "web").VolumeMounts, want)
 				}
@@ -790,8 +790,8 @@ func TestMutate(t *testing.T) {
 				if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DRAINGATE_SERVER" }); c.Env[i].Value != "http://gate.canary.svc:8080" {
 					t.Errorf("the user's DRAINGATE_SERVER lost: %+v", c.Env)
 				}
-				if out.Annotations[AnnotationInjected] != "unknown" {
-					t.Errorf("version %q", out.Annotations[AnnotationInjected])
+				if out.Annotations[api.AnnotationInjected] != "unknown" {
+					t.Errorf("version %q", out.Annotations[api.AnnotationInjected])
 				}
 			},
 		},
@@ -807,7 +807,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "per-pod overrides",
-			pod: with(annotate(AnnotationMaxWait, "4m", AnnotationFallback, "15s", AnnotationShutdownBudget, "1m",
+			pod: with(annotate(api.AnnotationMaxWait, "4m", api.AnnotationFallback, "15s", api.AnnotationShutdownBudget, "1m",
 				"kubectl.kubernetes.io/restartedAt", "2026-11-02T10:00:00Z")),
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
@@ -820,7 +820,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name:         "sub-second overrides round the grace period up",
-			pod:          with(annotate(AnnotationMaxWait, "90.5s", AnnotationShutdownBudget, "100ms")),
+			pod:          with(annotate(api.AnnotationMaxWait, "90.5s", api.AnnotationShutdownBudget, "100ms")),
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				wantGrace(t, out, 91)
@@ -846,7 +846,7 @@ func TestMutate(t *testing.T) {
 			name: "nil grace period that is long enough stays nil",
 			pod: with(func(p *corev1.Pod) {
 				p.Spec.TerminationGracePeriodSeconds = nil
-				annotate(AnnotationMaxWait, "10s", AnnotationShutdownBudget, "20s")(p)
+				annotate(api.AnnotationMaxWait, "10s", api.AnnotationShutdownBudget, "20s")(p)
 			}),
 			wantInjected: true,
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
@@ -860,12 +860,12 @@ func TestMutate(t *testing.T) {
 			pod:  with(func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				unchanged(t, orig, out)
-				wantWarning(t, warnings, "not injected", "no container declares ports", AnnotationContainers)
+				wantWarning(t, warnings, "not injected", "no container declares ports", api.AnnotationContainers)
 			},
 		},
 		{
 			name: "opt-out label",
-			pod:  with(func(p *corev1.Pod) { p.Labels[LabelInject] = Disabled }),
+			pod:  with(func(p *corev1.Pod) { p.Labels[api.LabelInject] = api.Disabled }),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				unchanged(t, orig, out)
 				if len(warnings) > 0 {
@@ -882,7 +882,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "already injected, even by another version",
-			pod:  with(annotate(AnnotationInjected, "0.1.0")),
+			pod:  with(annotate(api.AnnotationInjected, "0.1.0")),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
 				unchanged(t, orig, out)
 				if len(warnings) > 0 {
@@ -934,8 +934,8 @@ func TestMutate(t *testing.T) {
 		{
 			name: "names draingate needs are taken",
 			pod: with(func(p *corev1.Pod) {
-				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: InstallerName, Image: "x"})
+				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: api.VolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: api.InstallerName, Image: "x"})
 				p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "cfg", MountPath: "/draingate/"})
 			}),
 			check: func(t *testing.T, orig, out *corev1.Pod, warnings []string) {
@@ -981,19 +981,19 @@ func TestMutate(t *testing.T) {
 // with a warning naming the annotation, the value and what is accepted.
 func TestMutateInvalidAnnotations(t *testing.T) {
 	tests := []struct{ key, value, accepted string }{
-		{AnnotationMaxWait, "90", "such as 90s"},
-		{AnnotationMaxWait, "soon", "such as 90s"},
-		{AnnotationMaxWait, "0s", "more than 0"},
-		{AnnotationMaxWait, "-30s", "more than 0"},
-		{AnnotationMaxWait, "2h", "at most 1h"},
-		{AnnotationMaxWait, "", "such as 90s"},
-		{AnnotationFallback, "30 s", "such as 90s"},
-		{AnnotationFallback, "0", "more than 0"},
-		{AnnotationShutdownBudget, "1h0m1s", "at most 1h"},
-		{AnnotationShutdownBudget, "forever", "such as 90s"},
-		{AnnotationContainers, "", "comma-separated list"},
-		{AnnotationContainers, " , ", "comma-separated list"},
-		{AnnotationContainers, "nginx", "comma-separated list"},
+		{api.AnnotationMaxWait, "90", "such as 90s"},
+		{api.AnnotationMaxWait, "soon", "such as 90s"},
+		{api.AnnotationMaxWait, "0s", "more than 0"},
+		{api.AnnotationMaxWait, "-30s", "more than 0"},
+		{api.AnnotationMaxWait, "2h", "at most 1h"},
+		{api.AnnotationMaxWait, "", "such as 90s"},
+		{api.AnnotationFallback, "30 s", "such as 90s"},
+		{api.AnnotationFallback, "0", "more than 0"},
+		{api.AnnotationShutdownBudget, "1h0m1s", "at most 1h"},
+		{api.AnnotationShutdownBudget, "forever", "such as 90s"},
+		{api.AnnotationContainers, "", "comma-separated list"},
+		{api.AnnotationContainers, " , ", "comma-separated list"},
+		{api.AnnotationContainers, "nginx", "comma-separated list"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
@@ -1007,16 +1007,16 @@ func TestMutateInvalidAnnotations(t *testing.T) {
 		})
 	}
 	t.Run("all problems at once", func(t *testing.T) {
-		pod := with(annotate(AnnotationMaxWait, "x", AnnotationFallback, "y", AnnotationContainers, "z"))
+		pod := with(annotate(api.AnnotationMaxWait, "x", api.AnnotationFallback, "y", api.AnnotationContainers, "z"))
 		_, warnings, _ := Mutate(pod, testSettings())
 		if len(warnings) != 3 {
 			t.Errorf("want 3 warnings, got %q", warnings)
 		}
 	})
 	t.Run("a long value is cut", func(t *testing.T) {
-		pod := with(annotate(AnnotationMaxWait, strings.Repeat("é", 400)))
+		pod := with(annotate(api.AnnotationMaxWait, strings.Repeat("é", 400)))
 		_, warnings, _ := Mutate(pod, testSettings())
-		wantWarning(t, warnings, AnnotationMaxWait, "…")
+		wantWarning(t, warnings, api.AnnotationMaxWait, "…")
 	})
 }
 
@@ -1055,7 +1055,7 @@ func TestWanted(t *testing.T) {
 		{"", "disabled", testNS, false},
 		{"enabled", "disabled", testNS, true},
 		{"true", "", testNS, false},
-		{"", "Enabled", testNS, false},
+		{"", "api.Enabled", testNS, false},
 		{"enabled", "", "draingate-system", false},
 		{"", "enabled", "draingate-system", false},
 	}
@@ -1063,22 +1063,22 @@ func TestWanted(t *testing.T) {
 		pod := webPod()
 		pod.Namespace = tc.ns
 		if tc.podLabel != "" {
-			pod.Labels[LabelInject] = tc.podLabel
+			pod.Labels[api.LabelInject] = tc.podLabel
 		}
 		var ns map[string]string
 		if tc.nsLabel != "" {
-			ns = map[string]string{LabelInject: tc.nsLabel}
+			ns = map[string]string{api.LabelInject: tc.nsLabel}
 		}
 		if got := Wanted(pod, ns, s); got != tc.want {
 			t.Errorf("Wanted(pod label %q, namespace label %q, namespace %s) = %t, want %t", tc.podLabel, tc.nsLabel, tc.ns, got, tc.want)
 		}
 	}
-	if Wanted(nil, map[string]string{LabelInject: Enabled}, s) {
+	if Wanted(nil, map[string]string{api.LabelInject: api.Enabled}, s) {
 		t.Error("Wanted(nil) = true")
 	}
 	s.ServerNamespace = ""
 	pod := webPod()
-	pod.Labels[LabelInject] = Enabled
+	pod.Labels[api.LabelInject] = api.Enabled
 	if !Wanted(pod, nil, s) {
 		t.Error("no server namespace configured: an opted-in pod is not wanted")
 	}
@@ -1116,7 +1116,7 @@ func TestPatchKeepsUnknownFields(t *testing.T) {
 	json.Unmarshal(applyPatch(t, raw, patch), &got)
 	gspec := got["spec"].(map[string]any)
 	ginits := gspec["initContainers"].([]any)
-	for i, want := range []struct{ name, field any }{{InstallerName, nil}, {"migrate", "migrate's"}, {"seed", "seed's"}} {
+	for i, want := range []struct{ name, field any }{{api.InstallerName, nil}, {"migrate", "migrate's"}, {"seed", "seed's"}} {
 		c := ginits[i].(map[string]any)
 		if c["name"] != want.name || c["futureField"] != want.field {
 			t.Errorf("init container %d: name %v futureField %v, want %v %v", i, c["name"], c["futureField"], want.name, want.field)
@@ -1205,7 +1205,7 @@ func TestAgentAcceptsCommands(t *testing.T) {
 			"DRAINGATE_POD_NAMESPACE": testNS, "DRAINGATE_POD_UID": "4b1a5c9e-0000-4000-8000-000000000001",
 		}
 		for _, e := range container(out, "web").Env {
-			if e.Name == watchSocketEnv {
+			if e.Name == api.EnvWatchSocket {
 				env[e.Name] = e.Value // the agent must accept it too
 			}
 		}

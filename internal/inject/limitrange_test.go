@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"draingate.dev/draingate/api"
 )
 
 func limitRange(name string, items ...corev1.LimitRangeItem) corev1.LimitRange {
@@ -78,7 +80,7 @@ func TestHandlerFitsLimitRanges(t *testing.T) {
 	pod := webPod()
 	resp := answer(t, post(hd, reviewBody(t, pod, nil)), "admission.k8s.io/v1")
 	inst := patchedPod(t, pod, resp.Patch).Spec.InitContainers[0]
-	if inst.Name != InstallerName || inst.Resources.Requests.Cpu().String() != "50m" || inst.Resources.Limits.Cpu().String() != "50m" {
+	if inst.Name != api.InstallerName || inst.Resources.Requests.Cpu().String() != "50m" || inst.Resources.Limits.Cpu().String() != "50m" {
 		t.Errorf("installer %s resources %+v, want cpu 50m", inst.Name, inst.Resources)
 	}
 }

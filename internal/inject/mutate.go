@@ -30,11 +30,11 @@ func Wanted(pod *corev1.Pod, nsLabels map[string]string, s Settings) bool {
 	if pod == nil {
 		return false
 	}
-	v := pod.Labels[LabelInject]
-	if v == Disabled || (s.ServerNamespace != "" && pod.Namespace == s.ServerNamespace) {
+	v := pod.Labels[api.LabelInject]
+	if v == api.Disabled || (s.ServerNamespace != "" && pod.Namespace == s.ServerNamespace) {
 		return false
 	}
-	return v == Enabled || nsLabels[LabelInject] == Enabled
+	return v == api.Enabled || nsLabels[api.LabelInject] == api.Enabled
 }
 
 // Mutate returns pod with draingate's agent injected, and warnings for the
@@ -60,7 +60,7 @@ func Mutate(pod *corev1.Pod, s Settings) (out *corev1.Pod, warnings []string, er
 	if !applies(pod, s) {
 		return pod, nil, nil
 	}
-	if _, done := pod.Annotations[AnnotationInjected]; done {
+	if _, done := pod.Annotations[api.AnnotationInjected]; done {
 		p, warnings := planAdded(pod, s)
 		if p == nil {
 			return pod, warnings, nil
@@ -81,7 +81,7 @@ func Mutate(pod *corev1.Pod, s Settings) (out *corev1.Pod, warnings []string, er
 // applies rules out pods Mutate leaves alone without a word: the user
 // already decided.
 func applies(pod *corev1.Pod, s Settings) bool {
-	if pod.Labels[LabelInject] == Disabled {
+	if pod.Labels[api.LabelInject] == api.Disabled {
 		return false
 	}
 	return s.ServerNamespace == "" || pod.Namespace != s.ServerNamespace
@@ -118,7 +118,7 @@ func planAdded(pod *corev1.Pod, s Settings) (*plan, []string) {
 	has := func(name string) bool {
 		return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
 	}
-	p := &plan{t: t, log: first.log, token: has(TokenVolumeName), watch: has(WatchVolumeName)}
+	p := &plan{t: t, log: first.log, token: has(api.TokenVolumeName), watch: has(api.WatchVolumeName)}
 	more, notes := p.gateContainers(pod, fresh, s)
 	problems = append(problems, more...)
 	if len(problems) > 0 {
@@ -163,7 +163,7 @@ func agentCommand(c *corev1.Container) (agentArgs, bool) {
 		return agentArgs{}, false
 	}
 	cmd := c.Lifecycle.PreStop.Exec.Command
-	if len(cmd) < 2 || cmd[1] != "wait" || cmd[0] != AgentDir+"/"+agentFile && cmd[0] != ImageDir+agentInImage {
+	if len(cmd) < 2 || cmd[1] != "wait" || cmd[0] != api.AgentDir+"/"+api.AgentFile && cmd[0] != api.ImageDir+api.AgentInImage {
 		return agentArgs{}, false
 	}
 	var a agentArgs
@@ -231,7 +231,7 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 		return nil, problems
 	}
 	if len(idx) == 0 {
-		return nil, []string{notInjectedPrefix + "no container declares ports, so none takes traffic to gate; name the containers to gate in annotation " + AnnotationContainers}
+		return nil, []string{notInjectedPrefix + "no container declares ports, so none takes traffic to gate; name the containers to gate in annotation " + api.AnnotationContainers}
 	}
 	p.grace = graceFor(pod.Spec.TerminationGracePeriodSeconds, t, p.gated)
 	if w := dnsWarning(pod, s.Server); w != "" {
@@ -243,7 +243,7 @@ func planPod(pod *corev1.Pod, s Settings) (*plan, []string) {
 // gatedIndexes picks the containers to gate: those named in
 // draingate.dev/containers, else those with ports, in pod order.
 func gatedIndexes(pod *corev1.Pod) ([]int, []string) {
-	v, named := pod.Annotations[AnnotationContainers]
+	v, named := pod.Annotations[api.AnnotationContainers]
 	if !named {
 		var idx []int
 		for i, c := range pod.Spec.Containers {
@@ -261,7 +261,7 @@ func gatedIndexes(pod *corev1.Pod) ([]int, []string) {
 	}
 	if len(names) == 0 {
 		return nil, []string{fmt.Sprintf("annotation %s=%s names no container: want a comma-separated list of this pod's containers (%s)",
-			AnnotationContainers, api.Quote(v, maxQuoted), containerNames(pod.Spec.Containers))}
+			api.AnnotationContainers, api.Quote(v, maxQuoted), containerNames(pod.Spec.Containers))}
 	}
 	var idx []int
 	var problems []string
@@ -274,10 +274,10 @@ func gatedIndexes(pod *corev1.Pod) ([]int, []string) {
 			}
 		case slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == n }):
 			problems = append(problems, fmt.Sprintf("annotation %s=%s names init container %s: init containers and sidecars are not gated (a sidecar outlives the app anyway); name only containers (%s)",
-				AnnotationContainers, api.Quote(v, maxQuoted), api.Quote(n, maxQuoted), containerNames(pod.Spec.Containers)))
+				api.AnnotationContainers, api.Quote(v, maxQuoted), api.Quote(n, maxQuoted), containerNames(pod.Spec.Containers)))
 		default:
 			problems = append(problems, fmt.Sprintf("annotation %s=%s names %s, not a container of this pod: want a comma-separated list of its containers (%s)",
-				AnnotationContainers, api.Quote(v, maxQuoted), api.Quote(n, maxQuoted), containerNames(pod.Spec.Containers)))
+				api.AnnotationContainers, api.Quote(v, maxQuoted), api.Quote(n, maxQuoted), containerNames(pod.Spec.Containers)))
 		}
 	}
 	slices.Sort(idx)
@@ -300,15 +300,15 @@ func podConflicts(pod *corev1.Pod, s Settings) []string {
 	if why := windowsPod(pod); why != "" {
 		problems = append(problems, "a Windows pod ("+why+"): the agent is a Linux binary")
 	}
-	for _, name := range []string{VolumeName, TokenVolumeName} {
+	for _, name := range []string{api.VolumeName, api.TokenVolumeName} {
 		if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name }) {
 			problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", name))
 		}
 	}
 	if !s.ImageVolume {
-		isInstaller := func(c corev1.Container) bool { return c.Name == InstallerName }
+		isInstaller := func(c corev1.Container) bool { return c.Name == api.InstallerName }
 		if slices.ContainsFunc(pod.Spec.InitContainers, isInstaller) || slices.ContainsFunc(pod.Spec.Containers, isInstaller) {
-			problems = append(problems, fmt.Sprintf("the pod already has a container named %s", InstallerName))
+			problems = append(problems, fmt.Sprintf("the pod already has a container named %s", api.InstallerName))
 		}
 	}
 	return problems
@@ -320,12 +320,12 @@ func (p *plan) watchConflicts(pod *corev1.Pod) []string {
 		return nil
 	}
 	var problems []string
-	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName }) {
-		problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", WatchVolumeName))
+	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == api.WatchVolumeName }) {
+		problems = append(problems, fmt.Sprintf("the pod already has a volume named %s", api.WatchVolumeName))
 	}
-	isWatcher := func(c corev1.Container) bool { return c.Name == WatcherName }
+	isWatcher := func(c corev1.Container) bool { return c.Name == api.WatcherName }
 	if slices.ContainsFunc(pod.Spec.InitContainers, isWatcher) || slices.ContainsFunc(pod.Spec.Containers, isWatcher) {
-		problems = append(problems, fmt.Sprintf("the pod already has a container named %s", WatcherName))
+		problems = append(problems, fmt.Sprintf("the pod already has a container named %s", api.WatcherName))
 	}
 	return problems
 }
@@ -334,26 +334,20 @@ func (p *plan) watchConflicts(pod *corev1.Pod) []string {
 // They must come from the pod itself: a hand-set value would make the agent
 // ask about another pod.
 var identityEnv = []struct{ name, field string }{
-	{"DRAINGATE_POD_NAME", "metadata.name"},
-	{"DRAINGATE_POD_NAMESPACE", "metadata.namespace"},
-	{"DRAINGATE_POD_UID", "metadata.uid"},
-	{"DRAINGATE_POD_IP", "status.podIP"},
-	{"DRAINGATE_HOST_IP", "status.hostIP"},
+	{api.EnvPodName, "metadata.name"},
+	{api.EnvPodNamespace, "metadata.namespace"},
+	{api.EnvPodUID, "metadata.uid"},
+	{api.EnvPodIP, "status.podIP"},
+	{api.EnvHostIP, "status.hostIP"},
 }
-
-const serverEnv = "DRAINGATE_SERVER"
-
-// watchSocketEnv points the agent at the watcher's socket (its
-// --watch-socket, by the environment).
-const watchSocketEnv = "DRAINGATE_WATCH_SOCKET"
 
 // containerConflicts finds what in a gated container would clash with what
 // Mutate adds to it.
 func containerConflicts(c *corev1.Container, s Settings, watch bool) []string {
 	var problems []string
-	dirs := []string{mountDir(s), TokenDir}
+	dirs := []string{mountDir(s), api.TokenDir}
 	if watch {
-		dirs = append(dirs, WatchDir)
+		dirs = append(dirs, api.WatchDir)
 	}
 	for _, m := range c.VolumeMounts {
 		if d := path.Clean(m.MountPath); slices.Contains(dirs, d) {

@@ -13,56 +13,14 @@ import (
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/cli"
-	"draingate.dev/draingate/internal/prestop"
 )
 
-// Labels and annotations draingate reads and writes.
+// The injector's own defaults (the names it writes are api's).
 const (
-	// LabelInject on a pod or a namespace: "enabled" opts in, "disabled" (on
-	// a pod) opts out whatever its namespace says.
-	LabelInject = "draingate.dev/inject"
-	// AnnotationInjected marks an injected pod; its value is Settings.Version.
-	AnnotationInjected = "draingate.dev/injected"
-	// Per-pod overrides of Settings.MaxWait, Fallback and ShutdownBudget.
-	AnnotationMaxWait        = "draingate.dev/max-wait"
-	AnnotationFallback       = "draingate.dev/fallback"
-	AnnotationShutdownBudget = "draingate.dev/shutdown-budget"
-	// AnnotationMaxWaitSized, written on an injected pod whose max-wait
-	// is not the configured one, says what sized it: "2m20s: why".
-	AnnotationMaxWaitSized = "draingate.dev/max-wait-sized"
-	// AnnotationContainers names the containers to gate, comma-separated,
-	// instead of "every container with ports".
-	AnnotationContainers = "draingate.dev/containers"
-
-	Enabled  = "enabled"
-	Disabled = "disabled"
-)
-
-// Names and paths Mutate adds to a pod.
-const (
-	VolumeName    = "draingate-agent"
-	InstallerName = "draingate-agent-install"
-	AgentDir      = "/draingate"       // emptyDir mode: where the agent is installed and mounted
-	ImageDir      = "/draingate-image" // image-volume mode: where the agent's image is mounted
-	// A hostNetwork pod's agent proves which pod it runs in with a
-	// ServiceAccount token the kubelet projects for the pod, with this
-	// audience, into TokenDir (its address is the node's, shared).
-	// The watcher (Settings.Watcher) is a native sidecar watching the
-	// pod's traffic from its start, serving it on a socket in its own
-	// emptyDir, which gated containers mount read-only at WatchDir.
-	WatcherName       = "draingate-agent-watch"
-	WatchVolumeName   = "draingate-watch"
-	WatchDir          = "/draingate-watch"
-	TokenVolumeName   = "draingate-token"
-	TokenDir          = "/var/run/secrets/draingate.dev"
-	TokenAudience     = "draingate"
-	tokenFile         = "token"
-	tokenSeconds      = 3600 // the kubelet renews the token at 80% of this
-	agentInImage      = "/bin/draingate-prestop"
-	agentFile         = prestop.InstallName // the agent's file name where it is installed
-	installerUser     = 65532               // distroless "nonroot"
-	agentLogPath      = "/proc/1/fd/1"      // the app's stdout: the kubelet drops a successful hook's output
-	defaultGraceSecs  = 30                  // the API's default terminationGracePeriodSeconds
+	tokenSeconds      = 3600           // the kubelet renews the token at 80% of this
+	installerUser     = 65532          // distroless "nonroot"
+	agentLogPath      = "/proc/1/fd/1" // the app's stdout: the kubelet drops a successful hook's output
+	defaultGraceSecs  = 30             // the API's default terminationGracePeriodSeconds
 	maxOverride       = time.Hour
 	defaultMaxWait    = 90 * time.Second
 	defaultCeiling    = 10 * time.Minute
@@ -97,7 +55,7 @@ type Settings struct {
 	MaxWaitCeiling time.Duration
 	// SizedBy, set per pod by the Handler, says why the pod's max-wait is
 	// not the configured one; Mutate writes it, after the max-wait, in
-	// AnnotationMaxWaitSized.
+	// api.AnnotationMaxWaitSized.
 	SizedBy string
 	// Fallback is how long the agent tries when no gate server answers at
 	// all (default 30s).
@@ -251,7 +209,7 @@ func podTimings(pod *corev1.Pod, s Settings) (timings, []string) {
 	for _, o := range []struct {
 		key string
 		dst *time.Duration
-	}{{AnnotationMaxWait, &t.maxWait}, {AnnotationFallback, &t.fallback}, {AnnotationShutdownBudget, &t.budget}} {
+	}{{api.AnnotationMaxWait, &t.maxWait}, {api.AnnotationFallback, &t.fallback}, {api.AnnotationShutdownBudget, &t.budget}} {
 		v, ok := pod.Annotations[o.key]
 		if !ok {
 			continue

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/api"
 )
 
 // With Settings.Watcher the pod gets the watcher, a native sidecar serving
@@ -22,11 +24,11 @@ func TestMutateAddsTheWatcher(t *testing.T) {
 		imageVol  bool
 		wantInits []string
 	}{
-		{"emptyDir", webPod(), false, []string{InstallerName, WatcherName}},
-		{"image volume", webPod(), true, []string{WatcherName}},
+		{"emptyDir", webPod(), false, []string{api.InstallerName, api.WatcherName}},
+		{"image volume", webPod(), true, []string{api.WatcherName}},
 		{"with the pod's own init containers and sidecars", with(func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m"}, {Name: "envoy", Image: "e", RestartPolicy: &sidecar}}
-		}), false, []string{InstallerName, WatcherName, "migrate", "envoy"}},
+		}), false, []string{api.InstallerName, api.WatcherName, "migrate", "envoy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := s
@@ -38,13 +40,13 @@ func TestMutateAddsTheWatcher(t *testing.T) {
 			if got := containerNames(out.Spec.InitContainers); got != containerNames(namesOnly(tc.wantInits)) {
 				t.Fatalf("init containers %s, want %v", got, tc.wantInits)
 			}
-			w := out.Spec.InitContainers[slices.Index(tc.wantInits, WatcherName)]
+			w := out.Spec.InitContainers[slices.Index(tc.wantInits, api.WatcherName)]
 			if ptr.Deref(w.RestartPolicy, "") != corev1.ContainerRestartPolicyAlways || w.Image != testImage ||
-				!slices.Equal(w.Command, []string{agentInImage, "watch", "--socket", WatchDir + "/watch.sock", "--memory-limit", "25165824"}) ||
+				!slices.Equal(w.Command, []string{api.AgentInImage, "watch", "--socket", api.WatchDir + "/watch.sock", "--memory-limit", "25165824"}) ||
 				w.StartupProbe != nil || w.ReadinessProbe != nil || w.LivenessProbe != nil {
 				t.Errorf("watcher %+v: want a native sidecar running the agent image's watch, no probes", w)
 			}
-			if len(w.VolumeMounts) != 1 || w.VolumeMounts[0].Name != WatchVolumeName || w.VolumeMounts[0].ReadOnly {
+			if len(w.VolumeMounts) != 1 || w.VolumeMounts[0].Name != api.WatchVolumeName || w.VolumeMounts[0].ReadOnly {
 				t.Errorf("watcher mounts %+v, want its own volume, writable", w.VolumeMounts)
 			}
 			if w.SecurityContext == nil || !ptr.Deref(w.SecurityContext.RunAsNonRoot, false) || ptr.Deref(w.SecurityContext.AllowPrivilegeEscalation, true) {
@@ -54,25 +56,27 @@ func TestMutateAddsTheWatcher(t *testing.T) {
 				r.Requests.Cpu().String() != watcherCPU || r.Limits.Cpu().String() != watcherCPU {
 				t.Errorf("watcher resources %+v, want the defaults, requests equal to limits", r)
 			}
-			if !slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName && v.EmptyDir != nil }) {
-				t.Errorf("no %s emptyDir in %+v", WatchVolumeName, out.Spec.Volumes)
+			if !slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == api.WatchVolumeName && v.EmptyDir != nil }) {
+				t.Errorf("no %s emptyDir in %+v", api.WatchVolumeName, out.Spec.Volumes)
 			}
 			app := container(out, "web")
 			if !slices.ContainsFunc(app.VolumeMounts, func(m corev1.VolumeMount) bool {
-				return m.Name == WatchVolumeName && m.MountPath == WatchDir && m.ReadOnly
+				return m.Name == api.WatchVolumeName && m.MountPath == api.WatchDir && m.ReadOnly
 			}) {
-				t.Errorf("app mounts %+v, want the watch volume read-only at %s", app.VolumeMounts, WatchDir)
+				t.Errorf("app mounts %+v, want the watch volume read-only at %s", app.VolumeMounts, api.WatchDir)
 			}
 			if !hasWatchEnv(app) || slices.Contains(preStopCmd(t, out, "web"), "--watch-socket") {
 				t.Errorf("app env %+v, hook %q: want the watcher's socket in %s, not on the command line (an older agent would refuse the flag)",
-					app.Env, preStopCmd(t, out, "web"), watchSocketEnv)
+					app.Env, preStopCmd(t, out, "web"), api.EnvWatchSocket)
 			}
 		})
 	}
 }
 
 func hasWatchEnv(c *corev1.Container) bool {
-	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == watchSocketEnv && e.Value == WatchDir+"/watch.sock" })
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == api.EnvWatchSocket && e.Value == api.WatchDir+"/watch.sock"
+	})
 }
 
 func namesOnly(names []string) []corev1.Container {
@@ -89,24 +93,24 @@ func TestMutateWatcherWhereNot(t *testing.T) {
 	s := testSettings()
 	s.Watcher = true
 	out, _, err := Mutate(with(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), s)
-	if err != nil || slices.ContainsFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == WatcherName }) ||
+	if err != nil || slices.ContainsFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == api.WatcherName }) ||
 		hasWatchEnv(container(out, "web")) {
 		t.Errorf("hostNetwork pod: %v, init containers %s; want no watcher", err, containerNames(out.Spec.InitContainers))
 	}
 	out, _, _ = Mutate(webPod(), testSettings())
-	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WatchVolumeName }) || hasWatchEnv(container(out, "web")) {
+	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == api.WatchVolumeName }) || hasWatchEnv(container(out, "web")) {
 		t.Errorf("watcher off: %+v", out.Spec)
 	}
 	// A name of the watcher's already taken costs the watcher, not the gate.
 	clash := with(func(p *corev1.Pod) {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: WatcherName, Image: "x"})
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: api.WatcherName, Image: "x"})
 	})
 	got, w, _ := Mutate(clash, s)
-	if got == clash || got.Annotations[AnnotationInjected] == "" || hasWatchEnv(container(got, "web")) ||
-		slices.ContainsFunc(got.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == WatcherName }) {
-		t.Errorf("pod with a container named %s: want injected without the watcher; init containers %s", WatcherName, containerNames(got.Spec.InitContainers))
+	if got == clash || got.Annotations[api.AnnotationInjected] == "" || hasWatchEnv(container(got, "web")) ||
+		slices.ContainsFunc(got.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == api.WatcherName }) {
+		t.Errorf("pod with a container named %s: want injected without the watcher; init containers %s", api.WatcherName, containerNames(got.Spec.InitContainers))
 	}
-	wantWarning(t, w, "no watcher", WatcherName)
+	wantWarning(t, w, "no watcher", api.WatcherName)
 }
 
 // A container added to a pod injected with the watcher is pointed at it too.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/lab/client"
 )
 
@@ -39,7 +39,7 @@ func (r *runner) startInCluster(ctx context.Context, ns string) (*inCluster, err
 	}
 	rate := float64(r.o.Load.InClusterRPS) * float64(time.Second) / float64(r.o.loadPer())
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: inClusterName, Labels: map[string]string{"app": inClusterName, inject.LabelInject: inject.Disabled}},
+		ObjectMeta: metav1.ObjectMeta{Name: inClusterName, Labels: map[string]string{"app": inClusterName, api.LabelInject: api.Disabled}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			RestartPolicy:                 corev1.RestartPolicyNever,

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/lab/report"
 )
 
@@ -98,7 +98,7 @@ func (t *tracker) observe(ctx context.Context, p *corev1.Pod) {
 	if r.ip == "" {
 		r.ip = p.Status.PodIP
 	}
-	if v := p.Annotations[inject.AnnotationMaxWaitSized]; v != "" {
+	if v := p.Annotations[api.AnnotationMaxWaitSized]; v != "" {
 		r.sized = v
 	}
 	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {

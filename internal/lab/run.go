@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/chart"
-	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/lab/report"
 	"draingate.dev/draingate/internal/lab/sidecar"
 	"draingate.dev/draingate/internal/sim/dataplane"
@@ -340,7 +340,7 @@ func (r *runner) gateFor(ctx context.Context, idx int, st Strategy) (gate *gateS
 	if err != nil {
 		return nil, nsLabels, stop, err
 	}
-	nsLabels[inject.LabelInject] = inject.Enabled
+	nsLabels[api.LabelInject] = api.Enabled
 	r.progress(st, "gate server ready; agent max-wait %s", gate.MaxWait)
 	r.notes = append(r.notes, fmt.Sprintf("%s: the chart's defaults in namespace %s; the lab set %s", st.Name, gns, strings.Join(gate.Set, ", ")))
 	return gate, nsLabels, stop, nil
@@ -691,9 +691,9 @@ func injected(ctx context.Context, cl kubernetes.Interface, ns string) error {
 		return err
 	}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Annotations[inject.AnnotationInjected] == "" {
+		if p.DeletionTimestamp == nil && p.Annotations[api.AnnotationInjected] == "" {
 			return fmt.Errorf("pod %s/%s was not injected with the agent (no %s annotation): the webhook failed open or refused it; see the API server log and the pod's events",
-				ns, p.Name, inject.AnnotationInjected)
+				ns, p.Name, api.AnnotationInjected)
 		}
 	}
 	return nil

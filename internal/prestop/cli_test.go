@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/version"
 )
 
@@ -190,6 +191,21 @@ func TestMainOtherCommands(t *testing.T) {
 		stderr.Reset()
 		if code := Main(ctx, args, env(nil), &stdout, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), "draingate-prestop: install") {
 			t.Errorf("%q: exit %d, stderr %q; want 1 with the reason", args, code, stderr.String())
+		}
+	}
+}
+
+// The variables the webhook sets (api's contract) are the fallbacks of the
+// wait command's flags: a renamed flag would leave the injected agent
+// without its pod, its server or its watcher.
+func TestContractEnvNamesAFlag(t *testing.T) {
+	flags := map[string]bool{}
+	for _, f := range waitFlags {
+		flags[cli.Name(f.name)] = true
+	}
+	for _, env := range []string{api.EnvServer, api.EnvWatchSocket, api.EnvPodName, api.EnvPodNamespace, api.EnvPodUID} {
+		if !flags[env] {
+			t.Errorf("%s is the fallback of no flag of the wait command", env)
 		}
 	}
 }

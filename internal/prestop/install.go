@@ -5,10 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-)
 
-// InstallName is the agent's file name in the directory it is installed to.
-const InstallName = "draingate-prestop"
+	"draingate.dev/draingate/api"
+)
 
 // Install copies the executable at src to dir/draingate-prestop, mode 0755,
 // and returns the new file's path. It writes a temporary file in dir and
@@ -27,7 +26,7 @@ func Install(src, dir string) (dst string, err error) {
 		return "", fmt.Errorf("reading the agent: %w", err)
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(dir, "."+InstallName+"-*.tmp")
+	tmp, err := os.CreateTemp(dir, "."+api.AgentFile+"-*.tmp")
 	if err != nil {
 		return "", fmt.Errorf("writing into %s: %w", dir, err)
 	}
@@ -50,7 +49,7 @@ func Install(src, dir string) (dst string, err error) {
 	if err = tmp.Close(); err != nil {
 		return "", err
 	}
-	dst = filepath.Join(dir, InstallName)
+	dst = filepath.Join(dir, api.AgentFile)
 	if err = os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
 	}

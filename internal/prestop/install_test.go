@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"draingate.dev/draingate/api"
 )
 
 func TestInstall(t *testing.T) {
@@ -15,14 +17,14 @@ func TestInstall(t *testing.T) {
 	}
 	dir := t.TempDir()
 	// An older copy is replaced, not appended to.
-	if err := os.WriteFile(filepath.Join(dir, InstallName), []byte("old and longer than nothing"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, api.AgentFile), []byte("old and longer than nothing"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dst, err := Install(src, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dst != filepath.Join(dir, InstallName) {
+	if dst != filepath.Join(dir, api.AgentFile) {
 		t.Errorf("installed to %s", dst)
 	}
 	got, err := os.ReadFile(dst)

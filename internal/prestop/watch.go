@@ -35,8 +35,6 @@ const (
 	// minHistory bounds --history from below: half of it must still be
 	// a watch several times a tail long.
 	minHistory = 20 * time.Second
-	// WatchSocketName is the watcher's socket's file name in its volume.
-	WatchSocketName = "watch.sock"
 	// askWatcherTimeout bounds one ask of the watcher: it answers from
 	// memory, in microseconds, so a slow answer means it is gone (and the
 	// ask's time comes out of the agent's deadline).

@@ -99,7 +99,7 @@ func TestAgentSendsTheWatchersHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, WatchSocketName)
+	sock := filepath.Join(dir, api.WatchSocket)
 	var wlog, alog testutil.SyncBuffer
 	b := &busy{}
 	ctx, cancel := context.WithCancel(context.Background())

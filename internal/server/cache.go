@@ -4,7 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/route"
 )
 
@@ -39,8 +39,8 @@ func transform(sources []route.Source) func(any) (any, error) {
 			}
 			// The injector's mark: the pod has the agent, and its memory
 			// is shared among replicas from its first observation.
-			if v := o.Annotations[inject.AnnotationInjected]; v != "" {
-				out.Annotations = map[string]string{inject.AnnotationInjected: v}
+			if v := o.Annotations[api.AnnotationInjected]; v != "" {
+				out.Annotations = map[string]string{api.AnnotationInjected: v}
 			}
 			return out, nil
 		case *metav1.PartialObjectMetadata:

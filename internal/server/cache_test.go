@@ -12,7 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"draingate.dev/draingate/internal/inject"
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/route"
 )
 
@@ -41,8 +41,8 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 			HostIP: "192.168.0.5", HostIPs: []corev1.HostIP{{IP: "192.168.0.5"}}},
 	}
 	injected := pod.DeepCopy()
-	injected.Annotations[inject.AnnotationInjected] = "v1"
-	if o, _ := tr(injected); !maps.Equal(o.(*corev1.Pod).Annotations, map[string]string{inject.AnnotationInjected: "v1"}) {
+	injected.Annotations[api.AnnotationInjected] = "v1"
+	if o, _ := tr(injected); !maps.Equal(o.(*corev1.Pod).Annotations, map[string]string{api.AnnotationInjected: "v1"}) {
 		t.Errorf("pod transform: annotations %v, want the injector's mark alone (the pod's memory is shared)", o.(*corev1.Pod).Annotations)
 	}
 	o, _ := tr(pod)

@@ -18,7 +18,6 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
-	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
@@ -187,7 +186,7 @@ func (p *pods) stateLocked(pod *corev1.Pod, now time.Time) *podState {
 		p.countNS(key.Namespace, 1)
 		p.count()
 	}
-	st.shared = st.shared || pod.Annotations[inject.AnnotationInjected] != ""
+	st.shared = st.shared || pod.Annotations[api.AnnotationInjected] != ""
 	st.pod = slimPod(pod, st.pod)
 	if d := deletedAt(pod); !d.IsZero() && (st.deleted.IsZero() || d.Before(st.deleted)) {
 		st.deleted = d
@@ -344,7 +343,7 @@ func (p *pods) authorize(ctx context.Context, req api.DrainRequest, c waitapi.Ca
 	if pod.Spec.HostNetwork {
 		return fmt.Errorf("%w: a hostNetwork pod shares its node's address, so the wait API answers its agent only with a ServiceAccount token "+
 			"bound to the pod (audience %s), which the injector mounts (--token-file); a pod injected before this version has none: re-create it",
-			waitapi.ErrForbidden, inject.TokenAudience)
+			waitapi.ErrForbidden, api.TokenAudience)
 	}
 	return fmt.Errorf("%w: the wait API answers a pod's own agent only, from one of the pod's addresses (%s); "+
 		"if a proxy or mesh sidecar in front of the server hides the agents' addresses, run it with --wait-api-sources=any",

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/learn"
@@ -270,7 +271,7 @@ func (s *Server) setUpPods(cs kubernetes.Interface, scheme *runtime.Scheme) {
 	p.live = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}
-	p.tokens = &tokens{audience: inject.TokenAudience, now: o.Now,
+	p.tokens = &tokens{audience: api.TokenAudience, now: o.Now,
 		review: func(ctx context.Context, token, audience string) (authenticationv1.TokenReviewStatus, error) {
 			tr, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 				Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},

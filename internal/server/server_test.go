@@ -31,7 +31,6 @@ import (
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/gate"
-	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
@@ -854,10 +853,10 @@ func TestHostNetworkAgentShowsItsToken(t *testing.T) {
 		says        string
 	}{
 		{"no token, from the node's address", "", http.StatusNotFound, unknown},
-		{"a token bound to another pod", token(f.pod, inject.TokenAudience), http.StatusNotFound, unknown},
+		{"a token bound to another pod", token(f.pod, api.TokenAudience), http.StatusNotFound, unknown},
 		{"a token for the API server's audience", token(hostnet, "https://kubernetes.default.svc"), http.StatusNotFound, unknown},
 		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", http.StatusNotFound, unknown},
-		{"the pod's own token", token(hostnet, inject.TokenAudience), http.StatusOK, `"released":true`},
+		{"the pod's own token", token(hostnet, api.TokenAudience), http.StatusOK, `"released":true`},
 	} {
 		if status, body := ask(tc.token); status != tc.status || !strings.Contains(body, tc.says) {
 			t.Errorf("%s: %d %s; want %d saying %q", tc.name, status, body, tc.status, tc.says)

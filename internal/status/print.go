@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/inject"
 )
 
 // WriteTable prints pods as kubectl draingate status does: a line per pod
@@ -57,11 +56,11 @@ func why(p Pod, now time.Time) string {
 	case p.Verdict != nil:
 		return fmt.Sprintf("%s (%s, %s ago)", p.Verdict.Message, p.Event, round(now.Sub(p.At)))
 	case p.DeletedAt.IsZero() && !p.Gone && p.Injected == "":
-		return "not being deleted; draingate did not inject its agent into this pod (no " + inject.AnnotationInjected + " annotation)"
+		return "not being deleted; draingate did not inject its agent into this pod (no " + api.AnnotationInjected + " annotation)"
 	case p.DeletedAt.IsZero() && !p.Gone:
 		return "not being deleted: its agent asks the gate when it terminates"
 	case p.Injected == "":
-		return "draingate did not inject its agent into this pod (no " + inject.AnnotationInjected + " annotation): its preStop hook does not ask the gate"
+		return "draingate did not inject its agent into this pod (no " + api.AnnotationInjected + " annotation): its preStop hook does not ask the gate"
 	default:
 		return "its agent has not asked the gate server yet: the preStop hook has not started, or the agent cannot reach the server " +
 			"(it then sleeps its fallback; see the container's preStop output in kubectl describe pod)"

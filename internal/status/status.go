@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/inject"
 )
 
 // Pod is one pod's drain as the gate server last told it.
@@ -110,7 +109,7 @@ func One(ctx context.Context, c kubernetes.Interface, namespace, name string) (P
 }
 
 func of(p *corev1.Pod) Pod {
-	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Injected: p.Annotations[inject.AnnotationInjected]}
+	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Injected: p.Annotations[api.AnnotationInjected]}
 	if p.DeletionTimestamp != nil {
 		// The API server sets the deletion timestamp to the deletion's
 		// time plus the grace period.

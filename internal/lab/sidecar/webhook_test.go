@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/inject"
 )
 
@@ -57,7 +58,7 @@ func labPod() *corev1.Pod {
 func drainGated(t *testing.T) *corev1.Pod {
 	t.Helper()
 	out, warnings, err := inject.Mutate(labPod(), gateSettings())
-	if err != nil || out.Annotations[inject.AnnotationInjected] == "" {
+	if err != nil || out.Annotations[api.AnnotationInjected] == "" {
 		t.Fatalf("draingate's Mutate: %v, warnings %q", err, warnings)
 	}
 	if out.Spec.Containers[0].Lifecycle == nil || out.Spec.Containers[0].Lifecycle.PreStop == nil {
@@ -118,7 +119,7 @@ func TestMutateLabPod(t *testing.T) {
 	if !reflect.DeepEqual(proxy, want) {
 		t.Errorf("proxy container\n got %+v\nwant %+v", proxy, want)
 	}
-	if out.Annotations[Annotation] != Injected || out.Annotations[inject.AnnotationInjected] != "test" {
+	if out.Annotations[Annotation] != Injected || out.Annotations[api.AnnotationInjected] != "test" {
 		t.Errorf("annotations %v, want %s=%s next to draingate's", out.Annotations, Annotation, Injected)
 	}
 	// The rest of the pod (draingate's volume, init container, grace
