@@ -93,11 +93,11 @@ func (b *Book) Touch(key string) {
 	b.dirty[key] = true
 }
 
-// Learned is what a key's summary says of a tail: Bound is the
+// Estimate is what a key's summary says of a tail: Bound is the
 // TailQuantile's upper bound when the samples suffice (Sure), else the
 // longest sample; N is the number of samples. The zero value is nothing
 // learnt.
-type Learned struct {
+type Estimate struct {
 	Bound time.Duration
 	N     int
 	Sure  bool
@@ -107,18 +107,18 @@ type Learned struct {
 	Spread time.Duration
 }
 
-// Learned returns what key's summary says now.
-func (b *Book) Learned(key string) Learned {
+// Estimate returns what key's summary says now.
+func (b *Book) Estimate(key string) Estimate {
 	s := b.Get(key)
 	s.Prune(b.now())
 	if d, ok := s.Upper(TailQuantile, TailAlpha); ok {
-		return Learned{Bound: d, N: len(s.Samples), Sure: true}
+		return Estimate{Bound: d, N: len(s.Samples), Sure: true}
 	}
 	d, ok := s.Max()
 	if !ok {
-		return Learned{}
+		return Estimate{}
 	}
-	return Learned{Bound: d, N: len(s.Samples), Spread: d - s.Median()}
+	return Estimate{Bound: d, N: len(s.Samples), Spread: d - s.Median()}
 }
 
 // Generous is a bound for a value that costs little when too long and
@@ -130,7 +130,7 @@ func (b *Book) Learned(key string) Learned {
 // distribution, and it covers that quantile in 98 %, 83 %, 59 % and 41 %
 // of such draws (20,000 simulated each): more than the longest alone, far
 // from sure. what names the result as Phrase does.
-func (l Learned) Generous(what string) (time.Duration, string) {
+func (l Estimate) Generous(what string) (time.Duration, string) {
 	if l.Sure || l.Spread <= 0 {
 		return l.Bound, l.Phrase(what)
 	}
@@ -143,7 +143,7 @@ func (l Learned) Generous(what string) (time.Duration, string) {
 // configured tail only when shorten is set (the user opted in) and the
 // bound is sure. why, when the learnt value decided, says so as a phrase
 // ("lengthened to 27.3s by the longest of 18 propagations learnt").
-func (l Learned) Tail(configured time.Duration, shorten bool) (tail time.Duration, why string) {
+func (l Estimate) Tail(configured time.Duration, shorten bool) (tail time.Duration, why string) {
 	switch {
 	case l.N == 0:
 		return configured, ""
@@ -155,11 +155,11 @@ func (l Learned) Tail(configured time.Duration, shorten bool) (tail time.Duratio
 	return configured, ""
 }
 
-func (l Learned) phrase() string { return l.Phrase("propagations") }
+func (l Estimate) phrase() string { return l.Phrase("propagations") }
 
 // Phrase names the value a wait takes from what was learnt, counting the
 // samples as what ("lags"): "the longest of 6 lags learnt".
-func (l Learned) Phrase(what string) string {
+func (l Estimate) Phrase(what string) string {
 	if l.Sure {
 		return fmt.Sprintf("the %g-quantile's bound at %.0f %% of %d %s learnt", TailQuantile, 100*(1-TailAlpha), l.N, what)
 	}

@@ -120,13 +120,13 @@ func TestLearnedTail(t *testing.T) {
 	const tail = 20 * time.Second
 	b := NewBook()
 	b.now = func() time.Time { return t0.Add(time.Hour) }
-	if got, why := b.Learned("lb").Tail(tail, true); got != tail || why != "" {
+	if got, why := b.Estimate("lb").Tail(tail, true); got != tail || why != "" {
 		t.Errorf("nothing learnt: %s (%q), want the configured %s", got, why, tail)
 	}
 	for i, d := range []time.Duration{3 * time.Second, 27 * time.Second, 5 * time.Second} {
 		b.Add("lb", t0.Add(time.Duration(i)*time.Second), d)
 	}
-	l := b.Learned("lb")
+	l := b.Estimate("lb")
 	if l.Sure || l.N != 3 || l.Bound != 27*time.Second {
 		t.Fatalf("3 samples: %+v, want the longest (27s), not sure", l)
 	}
@@ -143,13 +143,13 @@ func TestLearnedTail(t *testing.T) {
 	for i := range 10 {
 		short.Add("lb", t0.Add(time.Duration(i)*time.Second), 2*time.Second)
 	}
-	if got, _ := short.Learned("lb").Tail(tail, true); got != tail {
+	if got, _ := short.Estimate("lb").Tail(tail, true); got != tail {
 		t.Errorf("10 short samples, opted in: tail %s, want the configured %s (too few to be sure)", got, tail)
 	}
 	for i := range 400 {
 		short.Add("lb", t0.Add(time.Duration(10+i)*time.Second), time.Duration(1+i%3)*time.Second)
 	}
-	sure := short.Learned("lb")
+	sure := short.Estimate("lb")
 	if !sure.Sure || sure.Bound > 3*time.Second {
 		t.Fatalf("410 samples of 1-3s: %+v, want a sure bound of at most 3s", sure)
 	}

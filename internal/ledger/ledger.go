@@ -1,17 +1,15 @@
-// Package ledger keeps, for each terminating pod whose agent waits, what
-// the gate remembers of its routes (gate.Memory) in a Lease of draingate's
-// own namespace, shared by every replica of the gate server and by the
-// next one after a restart: the first replica to see a route go out sets
-// when its tail started for all of them, and a second replica or a
-// restart never adds a tail of its own.
+// Package ledger is the replicas' shared memory: for each terminating pod
+// whose agent waits, a record in a Lease of draingate's own namespace,
+// shared by every replica of the gate server and by the next one after a
+// restart. What the record says is the drain's own business
+// (drain.Record); the ledger only stores it, and needs of it that it
+// merges (Record).
 //
-// Each replica keeps its own memory and steps the gate with it, merged
-// with the pod's Record (Record.Merge) before each step; what a step adds
-// (Of) is written in the background, coalesced per pod, and only when the
-// Lease does not hold it already (Record.Covers). Records only ever gain:
-// a write is the Union of the Lease's record and the replica's, so writes
-// in any order by any replica agree (a conflict re-reads and merges).
-// When the pod is gone its Lease is deleted.
+// What a replica notes is written in the background, coalesced per pod,
+// and only when the Lease does not hold it already (Covers). Records only
+// ever gain: a write is the Union of the Lease's record and the replica's,
+// so writes in any order by any replica agree (a conflict re-reads and
+// merges). When the pod is gone its Lease is deleted.
 //
 // Failing writes or reads never shorten a wait: a replica that cannot read
 // the Lease decides from its own memory, which starts no earlier than the
@@ -22,7 +20,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -38,6 +35,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"draingate.dev/draingate/internal/lease"
 )
 
 // The Leases: named after the pod's UID, labelled so that the informer
@@ -49,8 +48,20 @@ const (
 	recordAnnotation = "draingate.dev/record"
 )
 
+// Record is what a ledger stores per pod: a value that merges.
+type Record[R any] interface {
+	// Union is what both records say together: commutative,
+	// associative and idempotent, so that writes in any order agree.
+	Union(o R) R
+	// Covers says whether the record already holds everything o says.
+	Covers(o R) bool
+	// PodName is the pod's "namespace/name", for people reading the
+	// Lease and for the janitor.
+	PodName() string
+}
+
 // Ledger keeps the pods' records. Make it with New; Start starts it.
-type Ledger struct {
+type Ledger[R Record[R]] struct {
 	cs     kubernetes.Interface
 	ns     string
 	log    *slog.Logger
@@ -61,22 +72,22 @@ type Ledger struct {
 	mu sync.Mutex
 	// records are the Leases' records as the informer last saw them,
 	// decoded once per change.
-	records map[types.UID]Record
+	records map[types.UID]R
 	// pending is what this replica has to write per pod: additions to its
 	// record, or its deletion.
-	pending map[types.UID]pending
+	pending map[types.UID]pending[R]
 	synced  bool
 }
 
-type pending struct {
-	rec  Record
+type pending[R any] struct {
+	rec  R
 	drop bool
 }
 
 // New returns a ledger keeping its Leases in namespace, its write counts
 // registered on reg.
-func New(cs kubernetes.Interface, namespace string, reg prometheus.Registerer, log *slog.Logger) (*Ledger, error) {
-	l := &Ledger{cs: cs, ns: namespace, log: log, pending: map[types.UID]pending{}, records: map[types.UID]Record{},
+func New[R Record[R]](cs kubernetes.Interface, namespace string, reg prometheus.Registerer, log *slog.Logger) (*Ledger[R], error) {
+	l := &Ledger[R]{cs: cs, ns: namespace, log: log, pending: map[types.UID]pending[R]{}, records: map[types.UID]R{},
 		writes: newWrites(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](200*time.Millisecond, 30*time.Second),
@@ -106,7 +117,7 @@ func newWrites() *prometheus.CounterVec {
 func Describe(ch chan<- *prometheus.Desc) { newWrites().Describe(ch) }
 
 // Namespace is where the Leases are.
-func (l *Ledger) Namespace() string { return l.ns }
+func (l *Ledger[R]) Namespace() string { return l.ns }
 
 // slim keeps a Lease's identity, labels and the record.
 func slim(obj any) (any, error) {
@@ -121,7 +132,7 @@ func slim(obj any) (any, error) {
 
 // Start watches the Leases and writes the records until ctx ends. changed
 // is told of a pod ("namespace", "name") whose record changed.
-func (l *Ledger) Start(ctx context.Context, changed func(namespace, name string)) error {
+func (l *Ledger[R]) Start(ctx context.Context, changed func(namespace, name string)) error {
 	seen := func(obj any) {
 		le, ok := obj.(*coordinationv1.Lease)
 		if !ok {
@@ -131,21 +142,19 @@ func (l *Ledger) Start(ctx context.Context, changed func(namespace, name string)
 		if !isPod {
 			return
 		}
-		r := decode(le)
+		r := decode[R](le)
 		l.mu.Lock()
 		l.records[types.UID(uid)] = r
 		l.mu.Unlock()
-		if ns, name, ok := strings.Cut(r.Pod, "/"); ok {
+		if ns, name, ok := strings.Cut(r.PodName(), "/"); ok {
 			changed(ns, name)
 		}
 	}
 	gone := func(obj any) {
-		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		if le, ok := obj.(*coordinationv1.Lease); ok {
+		if key, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			_, name, _ := strings.Cut(key, "/")
 			l.mu.Lock()
-			delete(l.records, types.UID(strings.TrimPrefix(le.Name, namePrefix)))
+			delete(l.records, types.UID(strings.TrimPrefix(name, namePrefix)))
 			l.mu.Unlock()
 		}
 	}
@@ -176,19 +185,19 @@ func (l *Ledger) Start(ctx context.Context, changed func(namespace, name string)
 
 // Record is what is known of the pod: its Lease's record with what this
 // replica has yet to write.
-func (l *Ledger) Record(uid types.UID) Record {
+func (l *Ledger[R]) Record(uid types.UID) R {
 	stored, _ := l.stored(uid)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p, ok := l.pending[uid]; ok && !p.drop {
-		return Union(stored, p.rec)
+		return stored.Union(p.rec)
 	}
 	return stored
 }
 
 // Note adds r to the pod's record: written in the background, unless the
 // Lease holds it already.
-func (l *Ledger) Note(uid types.UID, r Record) {
+func (l *Ledger[R]) Note(uid types.UID, r R) {
 	if stored, _ := l.stored(uid); stored.Covers(r) {
 		l.mu.Lock()
 		_, busy := l.pending[uid]
@@ -199,19 +208,19 @@ func (l *Ledger) Note(uid types.UID, r Record) {
 	}
 	l.mu.Lock()
 	p := l.pending[uid]
-	p.rec, p.drop = Union(p.rec, r), false
+	p.rec, p.drop = p.rec.Union(r), false
 	l.pending[uid] = p
 	l.mu.Unlock()
 	l.queue.Add(uid)
 }
 
 // Drop deletes the pod's record, if it has one: the pod is gone.
-func (l *Ledger) Drop(uid types.UID) {
+func (l *Ledger[R]) Drop(uid types.UID) {
 	_, stored := l.stored(uid)
 	l.mu.Lock()
 	_, busy := l.pending[uid]
 	if stored || busy {
-		l.pending[uid] = pending{drop: true}
+		l.pending[uid] = pending[R]{drop: true}
 	}
 	l.mu.Unlock()
 	if stored || busy {
@@ -221,7 +230,7 @@ func (l *Ledger) Drop(uid types.UID) {
 
 // Pods lists the pod ("namespace/name") of every stored record by its UID,
 // for the janitor to drop those whose pod is gone.
-func (l *Ledger) Pods() map[types.UID]string {
+func (l *Ledger[R]) Pods() map[types.UID]string {
 	out := map[types.UID]string{}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -229,14 +238,14 @@ func (l *Ledger) Pods() map[types.UID]string {
 		return out
 	}
 	for uid, r := range l.records {
-		out[uid] = r.Pod
+		out[uid] = r.PodName()
 	}
 	return out
 }
 
 // stored is the record in the pod's Lease as the informer last saw it, and
 // whether there is one.
-func (l *Ledger) stored(uid types.UID) (Record, bool) {
+func (l *Ledger[R]) stored(uid types.UID) (R, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.records[uid]
@@ -244,7 +253,7 @@ func (l *Ledger) stored(uid types.UID) (Record, bool) {
 }
 
 // next writes one pod's pending record; false once the queue shuts down.
-func (l *Ledger) next(ctx context.Context) bool {
+func (l *Ledger[R]) next(ctx context.Context) bool {
 	uid, quit := l.queue.Get()
 	if quit {
 		return false
@@ -260,7 +269,7 @@ func (l *Ledger) next(ctx context.Context) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			l.log.Warn("writing a pod's route memory failed; retrying (until then other replicas decide from their own observations)",
-				"pod", p.rec.Pod, "uid", uid, "err", err)
+				"pod", p.rec.PodName(), "uid", uid, "err", err)
 			l.queue.AddRateLimited(uid)
 		}
 		return true
@@ -279,7 +288,8 @@ func (l *Ledger) next(ctx context.Context) bool {
 
 // write stores p for the pod: the union of its Lease's record and p.rec,
 // or the Lease's deletion. It re-reads and retries on a conflict.
-func (l *Ledger) write(ctx context.Context, uid types.UID, p pending) (Record, error) {
+func (l *Ledger[R]) write(ctx context.Context, uid types.UID, p pending[R]) (R, error) {
+	var zero R
 	name := namePrefix + string(uid)
 	leases := l.cs.CoordinationV1().Leases(l.ns)
 	if p.drop {
@@ -288,57 +298,32 @@ func (l *Ledger) write(ctx context.Context, uid types.UID, p pending) (Record, e
 			err = nil
 		}
 		l.count("delete", err)
-		return Record{}, err
+		return zero, err
 	}
 	var cur *coordinationv1.Lease
 	if obj, ok, _ := l.inf.GetStore().GetByKey(l.ns + "/" + name); ok {
 		cur = obj.(*coordinationv1.Lease)
 	}
-	for range 5 {
+	written, err := lease.Write(ctx, leases, name, cur, func(cur *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 		if cur == nil {
-			rec := Union(Record{}, p.rec)
 			le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.ns,
 				Labels: map[string]string{labelKey: labelValue, "app.kubernetes.io/managed-by": "draingate"}}}
-			if err := encode(le, rec); err != nil {
-				return Record{}, err
-			}
-			_, err := leases.Create(ctx, le, metav1.CreateOptions{})
-			l.count("create", err)
-			if !apierrors.IsAlreadyExists(err) {
-				return rec, err
-			}
-		} else {
-			stored := decode(cur)
-			if stored.Covers(p.rec) {
-				return stored, nil
-			}
-			rec := Union(stored, p.rec)
-			le := cur.DeepCopy()
-			if err := encode(le, rec); err != nil {
-				return Record{}, err
-			}
-			_, err := leases.Update(ctx, le, metav1.UpdateOptions{})
-			l.count("update", err)
-			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return rec, err
-			}
+			return le, encode(le, zero.Union(p.rec))
 		}
-		// Another replica wrote (or deleted) first: merge with what is
-		// there now.
-		live, err := leases.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			cur = nil
-		case err != nil:
-			return Record{}, err
-		default:
-			cur = live
+		stored := decode[R](cur)
+		if stored.Covers(p.rec) {
+			return nil, nil
 		}
+		le := cur.DeepCopy()
+		return le, encode(le, stored.Union(p.rec))
+	}, l.count)
+	if err != nil || written == nil {
+		return zero, err
 	}
-	return Record{}, errors.New("the Lease kept changing under five writes")
+	return decode[R](written), nil
 }
 
-func (l *Ledger) count(op string, err error) {
+func (l *Ledger[R]) count(op string, err error) {
 	result := "ok"
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
@@ -351,15 +336,16 @@ func (l *Ledger) count(op string, err error) {
 
 // decode reads a Lease's record; an unreadable one counts as empty (its
 // next write replaces it).
-func decode(le *coordinationv1.Lease) Record {
-	var r Record
+func decode[R any](le *coordinationv1.Lease) R {
+	var r R
 	if err := json.Unmarshal([]byte(le.Annotations[recordAnnotation]), &r); err != nil {
-		return Record{}
+		var zero R
+		return zero
 	}
 	return r
 }
 
-func encode(le *coordinationv1.Lease, r Record) error {
+func encode[R any](le *coordinationv1.Lease, r R) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode the route memory: %w", err)

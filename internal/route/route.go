@@ -35,6 +35,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +46,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/gate"
-	"draingate.dev/draingate/internal/learn"
 )
 
 // Kind is one kind of route as the server configures it, before it runs:
@@ -95,40 +95,9 @@ type Env struct {
 	// (--traffic-evidence=false): a kind then reads nothing that only
 	// evidence needs (a load balancer's senders).
 	WeighTraffic bool
-	// Learned, when set, is what this cluster's drains taught of its load
-	// balancers' propagation (internal/learn), by Learner.LearnKey: a kind
-	// lengthens its routes' tails by it (Learned.Tail), and shortens them
-	// only with ShortenTails (the user opted in).
-	Learned      *learn.Book
-	ShortenTails bool
-	// Lags, when set, is what this cluster's drains taught of how long
-	// after a pod's deletion each owner took it out, by LagLearner.LagKey
-	// (it may be the same book as Learned: the keys differ): a kind sizes
-	// the pods being created by it (LagLearner.AdmissionNeed).
-	Lags *learn.Book
-}
-
-// Learner is a source whose routes teach the server their load balancer's
-// propagation: when the traffic evidence closes one of its routes, each
-// trusted source's stop after the route went out is a sample for the key
-// LearnKey gives the route ("" when it learns nothing), the key the kind
-// reads back from Env.Learned.
-type Learner interface {
-	LearnKey(routeName string) string
-}
-
-// LagLearner is a Learner whose routes also teach how long after a pod's
-// deletion its owner takes it out (a controller's lag), under the key
-// LagKey gives the route ("" when it learns none), and which sizes pods
-// being created by it: AdmissionNeed is the longest wait a pod being
-// created needs on the kind's routes by what was learnt (the lag's bound
-// plus the route's tail), and why, naming the route; zero when nothing was
-// learnt. Like AdmissionWait it reads only what the source caches, and a
-// lookup that fails answers zero (the configured sizing stands).
-type LagLearner interface {
-	Learner
-	LagKey(routeName string) string
-	AdmissionNeed(ctx context.Context, pod *corev1.Pod) (need time.Duration, why string)
+	// Learned, when set, is what this cluster's drains taught, by
+	// Learner.LearnKey: a Learner takes its routes' tails from it.
+	Learned LearnedTails
 }
 
 // ErrGone is what an observation's error is (errors.Is) when the route's
@@ -164,16 +133,14 @@ type Host struct {
 	Sources []Source
 }
 
-// Source observes the routes of one kind for terminating pods. The cache
-// calls Transform for every object it stores; the server calls Start once,
-// then Ready, Observe, Forget and Drop, those under its own lock, and Close
-// at shutdown; the injection webhook calls AdmissionWait.
+// Source observes the routes of one kind for terminating pods: what every
+// kind does. The server calls Start once; the drain tracker calls Ready and
+// Observe, under its own lock; the injection webhook calls AdmissionWait.
+// What only some kinds do is a small interface of its own that a Source
+// may implement: Transformer, Forgetter, Closer, Learner.
 type Source interface {
 	// Kind names the source's routes (api.Route.Kind).
 	Kind() string
-	// Transform slims an object of one of the source's own types before it
-	// enters the shared cache; ok is false for any other object.
-	Transform(obj any) (out any, ok bool)
 	// Start registers the source's informers and indexes on h.Cache and
 	// starts its background work, until ctx ends.
 	Start(ctx context.Context, h Host) error
@@ -188,14 +155,6 @@ type Source interface {
 	// all: the gate answers no verdict rather than one that forgets a
 	// route.
 	Observe(ctx context.Context, pod *corev1.Pod, known []gate.Known, waiting bool) ([]gate.Observation, error)
-	// Forget tells the source that nobody waits for the pod any more (its
-	// agent stopped asking): it may stop costly work done for it, and must
-	// keep what it knows of the pod's routes. A later Observe with waiting
-	// starts the work again.
-	Forget(pod PodKey)
-	// Drop tells the source that the pod is gone: it may forget everything
-	// about it.
-	Drop(pod PodKey)
 	// AdmissionWait is how much longer than the configured max-wait a pod
 	// being created may need on this kind's routes (zero: no longer), and
 	// why, naming the route, for the log. The webhook sizes the pod's
@@ -205,9 +164,66 @@ type Source interface {
 	// then its longest tail's, which the webhook applies and says so; a
 	// lookup never fails an admission, nor shortens its pod's wait.
 	AdmissionWait(ctx context.Context, pod *corev1.Pod) (extra time.Duration, why string, err error)
-	// Close stops the source's background work; the server calls it once,
-	// at shutdown.
+}
+
+// Transformer is a Source that caches objects of its own types: the cache
+// calls Transform for every object it stores, to slim it; ok is false for
+// an object of any other type.
+type Transformer interface {
+	Transform(obj any) (out any, ok bool)
+}
+
+// Forgetter is a Source that works for each waiting pod (polls its target
+// groups) or remembers something per pod.
+type Forgetter interface {
+	// Forget tells the source that nobody waits for the pod any more (its
+	// agent stopped asking): it may stop costly work done for it, and must
+	// keep what it knows of the pod's routes. A later Observe with waiting
+	// starts the work again.
+	Forget(pod PodKey)
+	// Drop tells the source that the pod is gone: it may forget everything
+	// about it.
+	Drop(pod PodKey)
+}
+
+// Closer is a Source with work that outlives Start's context (a poller's
+// clients): the server calls Close once, at shutdown, or when it does not
+// start.
+type Closer interface {
 	Close()
+}
+
+// Learner is a Source whose routes teach what the drains measure
+// (internal/learn): how late a load balancer's nodes still send after a
+// target went out, and how long after a pod's deletion its owner takes it
+// out. It gives learning the keys of its routes, and the routes a pod
+// being created will have.
+type Learner interface {
+	// LearnKey names what a route teaches: its load balancer ("" when it
+	// teaches nothing). Routes behind one load balancer share a key.
+	LearnKey(routeName string) string
+	// AdmissionRoutes are the routes of the kind a pod being created will
+	// have, from the source's cache, each with its tail; nil when the
+	// cache cannot tell (AdmissionWait says why).
+	AdmissionRoutes(ctx context.Context, pod *corev1.Pod) []Planned
+}
+
+// Planned is a route a pod being created will have.
+type Planned struct {
+	// Name is the route's; What names it in a sentence ("target group
+	// <ARN> (Service web)").
+	Name, What string
+	// Tail is its tail (lengthened by what was learnt), TailName names
+	// it ("ALB").
+	Tail     time.Duration
+	TailName string
+}
+
+// LearnedTails is what the drains taught (internal/learn): the tail a route
+// whose LearnKey is key takes, given its configured tail; why, when what
+// was learnt decided, says so as a phrase for the route's detail.
+type LearnedTails interface {
+	Tail(key string, configured time.Duration) (tail time.Duration, why string)
 }
 
 // ServiceLister is what a source that follows Services and their
@@ -337,14 +353,50 @@ func IPs(pod *corev1.Pod) []string {
 	return ips
 }
 
+// Addrs returns the pod's addresses, parsed (IPv4-mapped ones as IPv4);
+// none for a hostNetwork pod, whose addresses are its node's.
+func Addrs(pod *corev1.Pod) []netip.Addr {
+	if pod.Spec.HostNetwork {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range IPs(pod) {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// NodeAddrs are the addresses of the pod's node, whose traffic (probes)
+// is never a route's.
+func NodeAddrs(pod *corev1.Pod) []netip.Addr {
+	var node []netip.Addr
+	for _, h := range pod.Status.HostIPs {
+		if a, err := netip.ParseAddr(h.IP); err == nil {
+			node = append(node, a)
+		}
+	}
+	if a, err := netip.ParseAddr(pod.Status.HostIP); err == nil {
+		node = append(node, a)
+	}
+	return node
+}
+
+// Tombstone is the object an informer's delete handler was given: the
+// last state it knew when it missed the deletion itself.
+func Tombstone(o any) any {
+	if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return o
+}
+
 // NamespaceHandler is an informer handler that tells changed the namespace
 // of every object added, updated or deleted.
 func NamespaceHandler(changed func(namespace, name string)) toolscache.ResourceEventHandler {
 	ns := func(o any) {
-		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = t.Obj
-		}
-		if c, ok := o.(client.Object); ok {
+		if c, ok := Tombstone(o).(client.Object); ok {
 			changed(c.GetNamespace(), "")
 		}
 	}

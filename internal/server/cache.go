@@ -6,6 +6,7 @@ import (
 
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/webhook"
 )
 
 // The transforms keep what the server reads and drop the rest before an
@@ -34,7 +35,7 @@ func transform(sources []route.Source) func(any) (any, error) {
 				// NodeName: kube-proxy's fallback is per node for a
 				// Service with a Local traffic policy. HostNetwork: such
 				// a pod's address is its node's, which proves nothing to
-				// the wait API (see pods.authorize).
+				// the wait API (see internal/agentauth).
 				Spec: corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			}
 			// The injector's mark: the pod has the agent, and its memory
@@ -43,12 +44,15 @@ func transform(sources []route.Source) func(any) (any, error) {
 				out.Annotations = map[string]string{api.AnnotationInjected: v}
 			}
 			return out, nil
-		case *metav1.PartialObjectMetadata:
-			return transformNamespace(o), nil
+		}
+		if out, ok := webhook.Transform(obj); ok {
+			return out, nil
 		}
 		for _, src := range sources {
-			if out, ok := src.Transform(obj); ok {
-				return out, nil
+			if t, ok := src.(route.Transformer); ok {
+				if out, ok := t.Transform(obj); ok {
+					return out, nil
+				}
 			}
 		}
 		return obj, nil

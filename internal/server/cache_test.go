@@ -27,7 +27,9 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(src.Close)
+		if c, ok := src.(route.Closer); ok {
+			t.Cleanup(c.Close)
+		}
 		sources = append(sources, src)
 	}
 	tr := transform(sources)

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -24,14 +22,12 @@ import (
 
 	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/evidence"
-	"draingate.dev/draingate/internal/inject"
-	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/route"
-	"draingate.dev/draingate/internal/version"
+	"draingate.dev/draingate/internal/webhook"
 )
 
 // serveFlags are `draingate serve`'s flags. Each also reads DRAINGATE_<NAME>
-// (see envflag); a flag on the command line wins.
+// (internal/cli); a flag on the command line wins.
 type serveFlags struct {
 	kubeconfig, listen, metricsListen  string
 	namespace                          string
@@ -44,18 +40,10 @@ type serveFlags struct {
 	maxWaitCeiling                     time.Duration
 	trafficEpsilon                     float64
 	waitAPISources                     string
-	// routes are the kinds of route, each with its own flags.
-	routes []route.Kind
-
-	webhookListen, webhookConfig, webhookSecret         string
-	webhookService, webhookNamespace                    string
-	webhookCertManager, injectImageVolume               bool
-	injectWatcher                                       bool
-	injectWatcherRequests, injectWatcherLimits          string
-	agentImage, agentServer                             string
-	injectMaxWait, injectFallback, injectShutdownBudget time.Duration
-	injectInstallerRequests, injectInstallerLimits      string
-	injectPullSecrets                                   string
+	// routes are the kinds of route, each with its own flags; webhook
+	// the injection webhook's.
+	routes  []route.Kind
+	webhook webhook.Flags
 }
 
 // newServeFlagSet registers the server's own flags and every kind of
@@ -86,31 +74,14 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 	fs.StringVar(&f.logLevel, "log-level", "info", "the least important log lines written: debug, info, warn or error")
 	fs.BoolVar(&f.profiling, "profiling", false, "also serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on --metrics-listen, for diagnosing memory or CPU; they reveal the process's internals, so keep that port private")
 
-	fs.StringVar(&f.webhookListen, "webhook-listen", "", "address of the pod-injection admission webhook (TLS); empty: no webhook")
-	fs.StringVar(&f.webhookConfig, "webhook-config", "draingate", "MutatingWebhookConfiguration whose caBundle the server keeps current (with its own CA)")
-	fs.StringVar(&f.webhookSecret, "webhook-secret", "draingate-webhook-tls", "Secret holding the webhook's CA and serving certificate (ca.crt, tls.crt, tls.key)")
-	fs.StringVar(&f.webhookService, "webhook-service", "draingate", "the webhook's Service name: its certificate covers <service>.<namespace>.svc")
-	fs.StringVar(&f.webhookNamespace, "webhook-namespace", "", "namespace of the webhook's Service and Secret, and draingate's own (its pods are never injected); empty: the pod's own namespace")
-	fs.BoolVar(&f.webhookCertManager, "webhook-cert-manager", false, "cert-manager writes the Secret and the caBundle; the server only reads the Secret")
-	fs.StringVar(&f.agentImage, "agent-image", "", "image holding /bin/draingate-prestop, injected into opted-in pods (required with --webhook-listen)")
-	fs.StringVar(&f.agentServer, "agent-server", "", "wait API URL the injected agents ask; empty: http://<webhook-service>.<webhook-namespace>.svc:<listen port>")
-	fs.DurationVar(&f.injectMaxWait, "inject-max-wait", 90*time.Second, "injected agents' longest wait (pod annotation draingate.dev/max-wait overrides)")
-	fs.DurationVar(&f.injectFallback, "inject-fallback", 30*time.Second, "injected agents' wait when no gate server answers (annotation draingate.dev/fallback)")
-	fs.DurationVar(&f.injectShutdownBudget, "inject-shutdown-budget", 30*time.Second, "the app's time after the hook, added to the grace period (annotation draingate.dev/shutdown-budget)")
-	fs.StringVar(&f.injectInstallerRequests, "inject-installer-requests", "", "the installer init container's requests, e.g. cpu=50m,memory=16Mi,ephemeral-storage=32Mi (a LimitRange minimum or a ResourceQuota refuses pods after the webhook); empty with --inject-installer-limits also empty: cpu=10m,memory=16Mi for both")
-	fs.StringVar(&f.injectInstallerLimits, "inject-installer-limits", "", "the installer init container's limits, same form as --inject-installer-requests")
-	fs.StringVar(&f.injectPullSecrets, "inject-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets, for an agent image in a private registry (each must exist in the pods' namespaces)")
-	fs.BoolVar(&f.injectWatcher, "inject-watcher", true, "add the watcher, a native sidecar watching each injected pod's traffic from its start, so that traffic evidence can close routes before their tails (docs/evidence.md); false: evidence from the hook on; off by itself with --traffic-evidence=false, below Kubernetes 1.32 (kubelets without native sidecars) and for hostNetwork pods")
-	fs.StringVar(&f.injectWatcherRequests, "inject-watcher-requests", "", "the watcher's requests, same form as --inject-installer-requests; empty with --inject-watcher-limits also empty: cpu=50m,memory=32Mi for both")
-	fs.StringVar(&f.injectWatcherLimits, "inject-watcher-limits", "", "the watcher's limits, same form; empty with --inject-watcher-requests also empty: as the requests")
-	fs.BoolVar(&f.injectImageVolume, "inject-image-volume", false, "mount the agent image as an image volume instead of copying it with an init container (needs Kubernetes 1.35+ nodes)")
+	f.webhook.Register(fs)
 	return fs
 }
 
 func (f *serveFlags) validate() error {
 	errs := []error{cli.Positive("--max-wait", f.maxWait), cli.Positive("--shutdown-reserve", f.reserve)}
-	if f.maxWaitCeiling < f.injectMaxWait {
-		errs = append(errs, fmt.Errorf("--max-wait-ceiling %s is below --inject-max-wait %s: what was learnt could never lengthen a wait; raise it", f.maxWaitCeiling, f.injectMaxWait))
+	if f.maxWaitCeiling < f.webhook.MaxWait() {
+		errs = append(errs, fmt.Errorf("--max-wait-ceiling %s is below --inject-max-wait %s: what was learnt could never lengthen a wait; raise it", f.maxWaitCeiling, f.webhook.MaxWait()))
 	}
 	var tails []string
 	zero := true
@@ -146,12 +117,7 @@ func (f *serveFlags) validate() error {
 	if _, err := logLevel(f.logLevel); err != nil {
 		errs = append(errs, err)
 	}
-	if _, _, err := f.installerSettings(); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := f.watcherResources(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, f.webhook.Validate())
 	return errors.Join(errs...)
 }
 
@@ -304,13 +270,17 @@ func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Opti
 			return Options{}, fmt.Errorf("--metrics-listen: %v", err)
 		}
 	}
-	if f.webhookListen != "" {
-		if o.Webhook, err = webhookOptions(f); err != nil {
-			o.close()
-			return Options{}, err
-		}
+	o.Webhook, err = f.webhook.Options(f.webhookServer())
+	if err != nil {
+		o.close()
+		return Options{}, err
 	}
 	return o, nil
+}
+
+// webhookServer is what the webhook takes from the server's own flags.
+func (f *serveFlags) webhookServer() webhook.Server {
+	return webhook.Server{Listen: f.listen, MaxWaitCeiling: f.maxWaitCeiling, TrafficEvidence: f.trafficEvidence}
 }
 
 // close closes the listeners the options hold, for a server that will not
@@ -377,123 +347,3 @@ func ownNamespace(flag string) string {
 
 // serviceAccountNamespace is where the in-cluster ServiceAccount lives.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-// webhookOptions builds the webhook's settings from the flags and opens its
-// listener.
-func webhookOptions(f *serveFlags) (*WebhookOptions, error) {
-	if f.agentImage == "" {
-		return nil, errors.New("--webhook-listen needs --agent-image, the image holding /bin/draingate-prestop")
-	}
-	ns := f.webhookNamespace
-	if ns == "" {
-		b, err := os.ReadFile(serviceAccountNamespace)
-		if err != nil {
-			return nil, errors.New("--webhook-listen needs --webhook-namespace (draingate's own namespace) when not running in a pod")
-		}
-		ns = strings.TrimSpace(string(b))
-	}
-	server := f.agentServer
-	if server == "" {
-		_, port, err := net.SplitHostPort(f.listen)
-		if err != nil {
-			return nil, fmt.Errorf("--listen %q: %v", f.listen, err)
-		}
-		server = fmt.Sprintf("http://%s.%s.svc:%s", f.webhookService, ns, port)
-	}
-	ln, err := net.Listen("tcp", f.webhookListen)
-	if err != nil {
-		return nil, fmt.Errorf("--webhook-listen: %v", err)
-	}
-	settings := inject.Settings{
-		AgentImage: f.agentImage, Server: server,
-		MaxWait: f.injectMaxWait, MaxWaitCeiling: f.maxWaitCeiling, Fallback: f.injectFallback, ShutdownBudget: f.injectShutdownBudget,
-		ImageVolume: f.injectImageVolume, Version: version.Version, ServerNamespace: ns,
-		// The watcher serves traffic evidence alone: without it, it
-		// would cost every pod a container for nothing.
-		Watcher: f.injectWatcher && f.trafficEvidence,
-	}
-	if settings.InstallerResources, settings.PullSecrets, err = f.installerSettings(); err == nil {
-		settings.WatcherResources, err = f.watcherResources()
-	}
-	if err == nil {
-		err = settings.Validate()
-	}
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	c := &certs.Certs{Namespace: ns, SecretName: f.webhookSecret, Service: f.webhookService, External: f.webhookCertManager}
-	if !f.webhookCertManager {
-		c.ConfigName = f.webhookConfig
-	}
-	return &WebhookOptions{Listener: ln, Certs: c, Settings: settings}, nil
-}
-
-// installerSettings reads the installer's resources and the pull secrets
-// from the flags.
-func (f *serveFlags) installerSettings() (corev1.ResourceRequirements, []string, error) {
-	r, err := resourceFlags("installer", f.injectInstallerRequests, f.injectInstallerLimits)
-	errs := []error{err}
-	var secrets []string
-	for _, n := range strings.Split(f.injectPullSecrets, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			secrets = append(secrets, n)
-		}
-	}
-	return r, secrets, errors.Join(errs...)
-}
-
-// watcherResources reads the watcher's resources from the flags.
-func (f *serveFlags) watcherResources() (corev1.ResourceRequirements, error) {
-	return resourceFlags("watcher", f.injectWatcherRequests, f.injectWatcherLimits)
-}
-
-// resourceFlags reads --inject-<who>-requests and -limits.
-func resourceFlags(who, requests, limits string) (corev1.ResourceRequirements, error) {
-	var r corev1.ResourceRequirements
-	var errs []error
-	reqFlag, limFlag := "--inject-"+who+"-requests", "--inject-"+who+"-limits"
-	for _, x := range []struct {
-		flag, v string
-		dst     *corev1.ResourceList
-	}{{reqFlag, requests, &r.Requests}, {limFlag, limits, &r.Limits}} {
-		l, err := parseResources(x.v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", x.flag, err))
-		}
-		*x.dst = l
-	}
-	for name, q := range r.Requests {
-		if l, ok := r.Limits[name]; ok && q.Cmp(l) > 0 {
-			errs = append(errs, fmt.Errorf("%s %s=%s is above %s %s=%s", reqFlag, name, q.String(), limFlag, name, l.String()))
-		}
-	}
-	return r, errors.Join(errs...)
-}
-
-// parseResources reads "cpu=50m,memory=16Mi" (empty: none).
-func parseResources(v string) (corev1.ResourceList, error) {
-	if strings.TrimSpace(v) == "" {
-		return nil, nil
-	}
-	l := corev1.ResourceList{}
-	for _, kv := range strings.Split(v, ",") {
-		name, q, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		name, q = strings.TrimSpace(name), strings.TrimSpace(q)
-		if !ok || name == "" {
-			return nil, fmt.Errorf("%q is not name=quantity (as in cpu=50m,memory=16Mi)", kv)
-		}
-		// A misspelt name would make the API server refuse every injected
-		// pod: only the container resources it knows, or an extended
-		// resource's qualified name.
-		if name != "cpu" && name != "memory" && name != "ephemeral-storage" && !strings.HasPrefix(name, "hugepages-") && !strings.Contains(name, "/") {
-			return nil, fmt.Errorf("%q is not a container resource: want cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified extended resource", name)
-		}
-		qty, err := resource.ParseQuantity(q)
-		if err != nil || qty.Sign() < 0 {
-			return nil, fmt.Errorf("%s=%q is not a non-negative quantity", name, q)
-		}
-		l[corev1.ResourceName(name)] = qty
-	}
-	return l, nil
-}

@@ -11,6 +11,7 @@ import (
 
 	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/version"
+	"draingate.dev/draingate/internal/webhook"
 )
 
 func TestServeFlagsFromEnv(t *testing.T) {
@@ -114,29 +115,23 @@ func TestLogLevel(t *testing.T) {
 	}
 }
 
-// The watcher only serves traffic evidence: with evidence off the webhook
-// adds none, whatever --inject-watcher says.
-func TestWatcherOnlyWithTrafficEvidence(t *testing.T) {
+// The webhook is told whether traffic evidence is weighed (it adds the
+// watcher only then: internal/webhook's TestWatcherOnlyWithTrafficEvidence),
+// and the wait API's address and the max-wait ceiling.
+func TestWebhookTakesTheServersFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
-		want bool
+		want webhook.Server
 	}{
-		{nil, true},
-		{[]string{"--inject-watcher=false"}, false},
-		{[]string{"--traffic-evidence=false"}, false},
+		{nil, webhook.Server{Listen: ":8080", MaxWaitCeiling: 10 * time.Minute, TrafficEvidence: true}},
+		{[]string{"--traffic-evidence=false", "--listen=:9000", "--max-wait-ceiling=20m"}, webhook.Server{Listen: ":9000", MaxWaitCeiling: 20 * time.Minute}},
 	} {
-		args := append([]string{"--webhook-listen=127.0.0.1:0", "--agent-image=img", "--webhook-namespace=ns"}, c.args...)
-		f, code := parseServe(args, func(string) string { return "" }, io.Discard)
+		f, code := parseServe(c.args, func(string) string { return "" }, io.Discard)
 		if f == nil {
-			t.Fatalf("%q: exit %d", args, code)
+			t.Fatalf("%q: exit %d", c.args, code)
 		}
-		o, err := webhookOptions(f)
-		if err != nil {
-			t.Fatalf("%q: %v", args, err)
-		}
-		o.Listener.Close()
-		if o.Settings.Watcher != c.want {
-			t.Errorf("%q: watcher %v, want %v", c.args, o.Settings.Watcher, c.want)
+		if got := f.webhookServer(); got != c.want {
+			t.Errorf("%q: %+v, want %+v", c.args, got, c.want)
 		}
 	}
 }

@@ -48,13 +48,11 @@ func TestLagLearntPastTheDeadline(t *testing.T) {
 	})
 	// The gone pod is watched (its target still healthy), not dropped.
 	waitFor(t, ctx, "the gone pod watched for its lag", func() bool {
-		r.srv.pods.mu.Lock()
-		defer r.srv.pods.mu.Unlock()
-		return len(r.srv.pods.after) == 1
+		return r.srv.timings.Watching() == 1
 	})
 	lagKeys := func() []string {
 		var out []string
-		for _, k := range r.srv.book.Keys() {
+		for _, k := range r.srv.timings.Book().Keys() {
 			if strings.HasPrefix(k, learn.LagPrefix) {
 				out = append(out, k)
 			}
@@ -68,29 +66,27 @@ func TestLagLearntPastTheDeadline(t *testing.T) {
 	if err := f.emu.DeregisterTargets(f.arn, f.target); err != nil {
 		t.Fatal(err)
 	}
-	var learnt learn.Learned
+	var learnt learn.Estimate
 	waitFor(t, ctx, "the lag learnt", func() bool {
 		k := lagKeys()
 		if len(k) == 0 {
 			return false
 		}
-		learnt = r.srv.book.Learned(k[0])
+		learnt = r.srv.timings.Book().Estimate(k[0])
 		return true
 	})
 	if learnt.N != 1 || learnt.Bound < deregistered.Sub(deleted) {
 		t.Errorf("learnt %+v; want one lag of at least %s (deletion to deregistration)", learnt, deregistered.Sub(deleted))
 	}
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
-	need, why := r.srv.admissionNeed(ctx, newPod)
+	need, why := r.srv.timings.AdmissionNeed(ctx, newPod)
 	if need != learnt.Bound+testALBTail || !strings.Contains(why, f.arn) || !strings.Contains(why, "the longest of 1 lags learnt") {
 		t.Errorf("a new pod needs %s (%s); want the lag %s plus the ALB tail %s, naming the group", need, why, learnt.Bound, testALBTail)
 	}
 	if n := gauge(t, r.reg, "draingate_learned_lag_samples"); n != 1 {
 		t.Errorf("draingate_learned_lag_samples = %v, want 1", n)
 	}
-	r.srv.pods.mu.Lock()
-	watched := len(r.srv.pods.after)
-	r.srv.pods.mu.Unlock()
+	watched := r.srv.timings.Watching()
 	if watched != 0 {
 		t.Errorf("%d gone pods still watched once their lag was learnt", watched)
 	}

@@ -28,13 +28,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/inject"
-	"draingate.dev/draingate/internal/inject/certs"
+	"draingate.dev/draingate/internal/agentauth"
+	"draingate.dev/draingate/internal/drain"
+	"draingate.dev/draingate/internal/events"
 	"draingate.dev/draingate/internal/learn"
 	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/waitapi"
+	"draingate.dev/draingate/internal/webhook"
 )
 
 // Options configure a Server. Zero values take the defaults beside them.
@@ -61,13 +62,13 @@ type Options struct {
 	// (default 60 s): its target groups stay polled that long.
 	Linger time.Duration
 	// LearnTails keeps what the drains teach of each load balancer's
-	// propagation and lengthens the tails by it (learned.go); ShortenTails
-	// also lets a sure bound shorten them (the user opts in).
+	// propagation and lengthens the tails by it (internal/learn);
+	// ShortenTails also lets a sure bound shorten them (the user opts in).
 	LearnTails, ShortenTails bool
 	// LearnLag keeps how long after each pod's deletion its routes went
-	// out, per load balancer (lag.go), which the webhook sizes new pods'
-	// max-wait by; LagCeiling is how long after a deletion routes are
-	// watched for it (default 10m).
+	// out, per load balancer (internal/learn), which the webhook sizes new
+	// pods' max-wait by; LagCeiling is how long after a deletion routes
+	// are watched for it (default 10m).
 	LearnLag   bool
 	LagCeiling time.Duration
 	// IgnoreTraffic turns traffic evidence off: the agents' summaries are
@@ -84,7 +85,7 @@ type Options struct {
 	WaitAPISources string
 
 	// Webhook, when set, serves the pod-injection admission webhook.
-	Webhook *WebhookOptions
+	Webhook *webhook.Options
 
 	// Listener serves the wait API and probes; Metrics serves /metrics.
 	// Either may be nil to serve nothing there.
@@ -106,16 +107,6 @@ const (
 	SourcesAny = "any"
 )
 
-// WebhookOptions configure the admission webhook.
-type WebhookOptions struct {
-	// Listener is where it serves (TLS is added by the server).
-	Listener net.Listener
-	// Certs keeps its certificate; the server fills in Client and Log.
-	Certs *certs.Certs
-	// Settings are the injector's.
-	Settings inject.Settings
-}
-
 func (o Options) withDefaults() Options {
 	if o.Routes == nil {
 		o.Routes = Kinds()
@@ -136,18 +127,19 @@ func (o Options) withDefaults() Options {
 type Server struct {
 	o       Options
 	log     *slog.Logger
+	kube    kubernetes.Interface
 	cache   cache.Cache
 	events  record.EventBroadcaster
 	metrics *metrics
 	sources []route.Source
-	pods    *pods
-	ledger  *ledger.Ledger  // nil without Options.Namespace
-	book    *learn.Book     // nil without Options.LearnTails nor LearnLag
-	learned *ledger.Learned // the book's Leases; nil without a namespace
+	tracker *drain.Tracker
+	auth    *agentauth.Authorizer
+	ledger  *ledger.Ledger[drain.Record] // nil without Options.Namespace
+	timings *learn.Timings               // nil without Options.LearnTails nor LearnLag
 }
 
-// New prepares a server: its route sources, cache, clients and metrics.
-// Run starts it.
+// New prepares a server: its route sources, cache, clients, metrics and
+// the drain tracker with what consumes its decisions. Run starts it.
 func New(o Options) (*Server, error) {
 	o = o.withDefaults()
 	if o.Kube == nil {
@@ -157,13 +149,17 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, pods: newPods()}
-	s.metrics = newMetrics(o.Registry)
+	s := &Server{o: o, log: o.Log, kube: cs, metrics: newMetrics(o.Registry)}
+	env := route.Env{Kube: cs, Registry: o.Registry, Log: o.Log, WeighTraffic: !o.IgnoreTraffic}
 	if o.LearnTails || o.LearnLag {
-		s.book = learn.NewBook()
-		o.Registry.MustRegister(learnedCollector{s.book})
+		s.timings = learn.New(learn.Options{Tails: o.LearnTails, Shorten: o.ShortenTails, Lags: o.LearnLag, Ceiling: o.LagCeiling,
+			Kube: cs, Namespace: o.Namespace, InCluster: s.inCluster, Log: o.Log, Now: o.Now})
+		o.Registry.MustRegister(s.timings.Collector())
+		if o.LearnTails {
+			env.Learned = s.timings
+		}
 	}
-	if err := s.openRoutes(cs); err != nil {
+	if err := s.openRoutes(env); err != nil {
 		return nil, err
 	}
 	scheme := runtime.NewScheme()
@@ -187,44 +183,40 @@ func New(o Options) (*Server, error) {
 	}
 	s.events = record.NewBroadcaster()
 	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	s.setUpPods(cs, scheme)
+	consumers := []drain.Consumer{}
+	if s.timings != nil {
+		consumers = append(consumers, s.timings)
+	}
+	consumers = append(consumers, events.New(s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), o.Log, o.Registry))
+	var memory drain.Store
 	if o.Namespace != "" {
-		if s.ledger, err = ledger.New(cs, o.Namespace, o.Registry, o.Log); err != nil {
-			s.shutdown()
+		if s.ledger, err = ledger.New[drain.Record](cs, o.Namespace, o.Registry, o.Log); err != nil {
+			s.closeRoutes()
+			s.events.Shutdown()
 			return nil, fmt.Errorf("server: route memory: %w", err)
 		}
-		s.pods.shared = s.ledger
-		if s.book != nil {
-			s.learned = ledger.NewLearned(cs, o.Namespace, s.book, o.Log)
-		}
+		memory = s.ledger
 	}
+	s.tracker = drain.New(drain.Options{Sources: s.sources, Get: s.getPod, InCluster: s.inCluster, Memory: memory, Consumers: consumers,
+		Reserve: o.ShutdownReserve, Linger: o.Linger, IgnoreTraffic: o.IgnoreTraffic, Epsilon: o.Epsilon,
+		Tracked: s.metrics.setTracked, Now: o.Now,
+		Live: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+			return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		}})
+	s.auth = agentauth.New(s.tracker.Ready, s.getPod, s.reviewToken, o.Now)
 	if w := o.Webhook; w != nil {
 		if w.Certs == nil || w.Listener == nil {
 			s.shutdown()
 			return nil, errors.New("server: the webhook needs a listener and certificates")
 		}
-		w.Certs.Client, w.Certs.Log = cs, o.Log
-		if w.Settings.ImageVolume {
-			w.Settings.ImageVolume = s.imageVolumes(cs)
-		}
-		if w.Settings.Watcher {
-			w.Settings.Watcher = s.nativeSidecars(cs)
-		}
+		webhook.Prepare(w, cs, o.Log)
 	}
 	return s, nil
 }
 
 // openRoutes opens every configured kind of route; a kind turned off
 // opens no source.
-func (s *Server) openRoutes(cs kubernetes.Interface) error {
-	env := route.Env{Kube: cs, Registry: s.o.Registry, Log: s.log, WeighTraffic: !s.o.IgnoreTraffic,
-		ShortenTails: s.o.ShortenTails}
-	if s.o.LearnTails {
-		env.Learned = s.book
-	}
-	if s.o.LearnLag {
-		env.Lags = s.book
-	}
+func (s *Server) openRoutes(env route.Env) error {
 	for _, k := range s.o.Routes {
 		src, err := k.Open(context.Background(), env)
 		if err != nil {
@@ -238,52 +230,50 @@ func (s *Server) openRoutes(cs kubernetes.Interface) error {
 	return nil
 }
 
-// closeRoutes closes the route sources opened.
+// closeRoutes closes the route sources opened that hold work of their own.
 func (s *Server) closeRoutes() {
 	for _, src := range s.sources {
-		src.Close()
+		if c, ok := src.(route.Closer); ok {
+			c.Close()
+		}
 	}
 }
 
-// setUpPods gives the per-pod state its clock, sources, readers, token
-// reviews and Events.
-func (s *Server) setUpPods(cs kubernetes.Interface, scheme *runtime.Scheme) {
-	o, p := s.o, s.pods
-	p.now, p.sources, p.reserve, p.linger = o.Now, s.sources, o.ShutdownReserve, o.Linger
-	p.ignoreTraffic, p.epsilon = o.IgnoreTraffic, o.Epsilon
-	if s.o.LearnTails {
-		p.learn = s.learnStops
+// getPod reads a pod from the cache. No deep copy: every route change
+// re-reads the terminating pods of its namespace, and nothing writes to
+// what it reads.
+func (s *Server) getPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
+}
+
+// inCluster says whether an address is a pod's of the cluster (the pod
+// cache's address index).
+func (s *Server) inCluster(a netip.Addr) bool {
+	var l corev1.PodList
+	err := s.cache.List(context.Background(), &l, client.MatchingFields{podIPField: a.String()}, client.UnsafeDisableDeepCopy)
+	return err == nil && len(l.Items) > 0
+}
+
+// reviewToken sends one TokenReview (agentauth).
+func (s *Server) reviewToken(ctx context.Context, token, audience string) (authenticationv1.TokenReviewStatus, error) {
+	tr, err := s.kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return authenticationv1.TokenReviewStatus{}, err
 	}
-	if s.o.LearnLag {
-		p.lag = &lagLearning{learns: s.learnsLag, record: s.learnLag, ceiling: o.LagCeiling}
+	return tr.Status, nil
+}
+
+// routesChanged is told by the route sources whenever the routes of pods
+// may have changed: the tracker decides again for its pods, learning
+// watches on for the gone ones.
+func (s *Server) routesChanged(namespace, name string) {
+	s.tracker.RoutesChanged(namespace, name)
+	if s.timings != nil {
+		s.timings.RoutesChanged(namespace, name)
 	}
-	p.get = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
-		// No deep copy: every route change re-reads the terminating pods of
-		// its namespace, and nothing writes to what it reads.
-		pod := &corev1.Pod{}
-		return pod, s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod, client.UnsafeDisableDeepCopy)
-	}
-	p.inCluster = func(a netip.Addr) bool {
-		var l corev1.PodList
-		err := s.cache.List(context.Background(), &l, client.MatchingFields{podIPField: a.String()}, client.UnsafeDisableDeepCopy)
-		return err == nil && len(l.Items) > 0
-	}
-	p.live = func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
-		return cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	}
-	p.tokens = &tokens{audience: api.TokenAudience, now: o.Now,
-		review: func(ctx context.Context, token, audience string) (authenticationv1.TokenReviewStatus, error) {
-			tr, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
-				Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return authenticationv1.TokenReviewStatus{}, err
-			}
-			return tr.Status, nil
-		}}
-	p.events = &events{rec: s.events.NewRecorder(scheme, corev1.EventSource{Component: "draingate"}), log: o.Log, released: s.metrics.released}
-	p.tracked = s.metrics.setTracked
-	p.ready = s.ready
 }
 
 // Run watches the cluster and serves until ctx ends, then shuts down: the
@@ -299,21 +289,23 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("server: pod informer: %w", err)
 	}
 	if _, err := podInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    s.pods.podChanged,
-		UpdateFunc: func(_, o any) { s.pods.podChanged(o) },
-		DeleteFunc: s.pods.podDeleted,
+		AddFunc:    s.tracker.PodChanged,
+		UpdateFunc: func(_, o any) { s.tracker.PodChanged(o) },
+		DeleteFunc: s.tracker.PodDeleted,
 	}); err != nil {
 		return err
 	}
 	if s.ledger != nil {
-		if err := s.ledger.Start(ctx, s.pods.routesChanged); err != nil {
+		if err := s.ledger.Start(ctx, s.tracker.RoutesChanged); err != nil {
 			return fmt.Errorf("server: route memory: %w", err)
 		}
 	} else {
 		s.log.Warn("no namespace of its own (--namespace): each replica remembers terminating pods alone, and a restart starts their tails again")
 	}
-	s.runLearned(ctx)
-	host := route.Host{Cache: s.cache, Changed: s.pods.routesChanged, Sources: s.sources}
+	if s.timings != nil {
+		s.timings.Start(ctx, s.sources)
+	}
+	host := route.Host{Cache: s.cache, Changed: s.routesChanged, Sources: s.sources}
 	for _, src := range s.sources {
 		if err := src.Start(ctx, host); err != nil {
 			return fmt.Errorf("server: %s routes: %w", src.Kind(), err)
@@ -327,10 +319,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	if s.waitSynced(ctx, errc, podInf) {
-		s.pods.synced.Store(true)
 		s.log.Info("caches synced: pods")
-		s.pods.routesChanged("", "")
-		go s.janitor(ctx)
+		s.tracker.Synced()
+		go wait.UntilWithContext(ctx, func(context.Context) { s.tracker.Janitor(s.o.Now()) }, janitorEvery)
 	}
 	select {
 	case <-ctx.Done():
@@ -379,19 +370,23 @@ func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, erro
 		}()
 	}
 	if s.o.Listener != nil {
-		cfg := waitapi.Config{MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.ready, Shutdown: h.shutdown, Log: s.log}
+		cfg := waitapi.Config{MaxWait: s.o.MaxWait, Metrics: s.metrics.wait, Ready: s.tracker.Ready, Shutdown: h.shutdown, Log: s.log}
 		if s.o.WaitAPISources != SourcesAny {
-			cfg.Authorize = s.pods.authorize
+			cfg.Authorize = s.auth.Authorize
 		} else {
 			// Behind a proxy every agent has the proxy's address: a cap
 			// per source would cap them all.
 			cfg.MaxWaitingPerSource = waitapi.DefaultMaxWaiting
 		}
-		serve(s.o.Listener, waitapi.NewHandler(s.pods, cfg))
+		serve(s.o.Listener, waitapi.NewHandler(s.tracker, cfg))
 		s.log.Info("serving the wait API", "addr", s.o.Listener.Addr().String())
 	}
 	if w := s.o.Webhook; w != nil {
-		if err := s.startWebhook(ctx, w, serve); err != nil {
+		env := webhook.Env{Kube: s.kube, Cache: s.cache, Events: s.events, Registry: s.o.Registry, Log: s.log, ExtraWait: s.admissionWait}
+		if s.timings != nil && s.o.LearnLag {
+			env.Need = s.timings.AdmissionNeed
+		}
+		if err := webhook.Start(ctx, w, env, serve); err != nil {
 			h.stop()
 			return nil, err
 		}
@@ -424,32 +419,34 @@ func (h *httpServers) stop() {
 // shutdown stops the per-pod timers, the route sources' work (their
 // polls) and the Events.
 func (s *Server) shutdown() {
-	s.pods.close()
+	s.tracker.Close()
 	s.closeRoutes()
 	s.events.Shutdown()
 }
 
-// ready is /readyz, and the wait API's precondition: the pod cache synced
-// and every route source can observe. Not the webhook's certificate: a
-// replica that cannot serve the webhook still answers agents, and an
-// unready gate would send every agent to its fallback timer. Certificate
-// trouble is logged and shows in draingate_webhook_certificate_ready; the
-// webhook fails open.
-func (s *Server) ready() error {
-	if !s.pods.synced.Load() {
-		return errors.New("the pod cache has not synced yet")
-	}
+// janitorEvery is how often the tracker sweeps its pods (Tracker.Janitor).
+const janitorEvery = 5 * time.Second
+
+// admissionWait is how much longer than the configured max-wait a new
+// pod's routes may need: the longest any kind of route asks for (an NLB's
+// tail beyond the ALB one), with why, naming the route. The kinds read
+// their caches only. A kind that cannot tell answers its longest tail's
+// and an error: the error is returned beside the longest, which the
+// webhook applies, and says so.
+func (s *Server) admissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
+	var longest time.Duration
+	var why string
+	var errs []error
 	for _, src := range s.sources {
-		if err := src.Ready(); err != nil {
-			return err
+		extra, w, err := src.AdmissionWait(ctx, pod)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s routes: %w", src.Kind(), err))
+		}
+		if extra > longest {
+			longest, why = extra, w
 		}
 	}
-	return nil
-}
-
-// janitor sweeps the tracked pods every few seconds (see pods.sweep).
-func (s *Server) janitor(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(context.Context) { s.pods.sweep(s.o.Now()) }, 5*time.Second)
+	return longest, why, errors.Join(errs...)
 }
 
 // podIPField indexes the cached pods by their addresses, so that the
@@ -460,14 +457,12 @@ const podIPField = "draingate.podIP"
 // addresses are its node's.
 func podIPs(o client.Object) []string {
 	pod, ok := o.(*corev1.Pod)
-	if !ok || pod.Spec.HostNetwork {
+	if !ok {
 		return nil
 	}
 	var out []string
-	for _, ip := range pod.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
-			out = append(out, a.Unmap().String())
-		}
+	for _, a := range route.Addrs(pod) {
+		out = append(out, a.String())
 	}
 	return out
 }

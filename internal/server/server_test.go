@@ -30,8 +30,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/drain"
 	"draingate.dev/draingate/internal/gate"
-	"draingate.dev/draingate/internal/ledger"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
@@ -367,17 +367,17 @@ func TestReleasedAfterEveryRouteCloses(t *testing.T) {
 		for _, e := range l.Items {
 			seen[e.Reason], verdicts[e.Reason] = e.Message, e.Annotations[api.VerdictAnnotation]
 		}
-		if seen[EventWaitStarted] == "" || seen[EventReleased] == "" {
+		if seen[api.EventWaitStarted] == "" || seen[api.EventReleased] == "" {
 			return false
 		}
-		if !strings.Contains(seen[EventReleased], "drained") {
-			t.Errorf("release Event %q does not say why", seen[EventReleased])
+		if !strings.Contains(seen[api.EventReleased], "drained") {
+			t.Errorf("release Event %q does not say why", seen[api.EventReleased])
 		}
 		// The release Event carries the verdict in full (kubectl draingate
 		// explain prints it).
 		var rv api.Verdict
-		if err := json.Unmarshal([]byte(verdicts[EventReleased]), &rv); err != nil || !rv.Released || routeStates(rv)[group].ClosedBy == "" {
-			t.Errorf("release Event's %s annotation %q (%v): want the released verdict, the target group closed and by what", api.VerdictAnnotation, verdicts[EventReleased], err)
+		if err := json.Unmarshal([]byte(verdicts[api.EventReleased]), &rv); err != nil || !rv.Released || routeStates(rv)[group].ClosedBy == "" {
+			t.Errorf("release Event's %s annotation %q (%v): want the released verdict, the target group closed and by what", api.VerdictAnnotation, verdicts[api.EventReleased], err)
 		}
 		return true
 	})
@@ -512,7 +512,7 @@ func sharedOut(t *testing.T, ctx context.Context, f *fixture, kind, name string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r ledger.Record
+	var r drain.Record
 	if err := json.Unmarshal([]byte(le.Annotations["draingate.dev/record"]), &r); err != nil {
 		t.Fatalf("the Lease's record: %v", err)
 	}
@@ -917,9 +917,9 @@ func TestInClusterClientsFromTheCache(t *testing.T) {
 	f := newFixture(t, ctx)
 	r := f.serve(ctx)
 	pod := netip.MustParseAddr(f.pod.Status.PodIP)
-	waitFor(t, ctx, "the pod's address known as a pod's", func() bool { return r.srv.pods.inCluster(pod) })
+	waitFor(t, ctx, "the pod's address known as a pod's", func() bool { return r.srv.inCluster(pod) })
 	for _, s := range append([]string{f.pod.Status.HostIP}, testenv.LBNodeIPs()[0]) {
-		if a := netip.MustParseAddr(s); r.srv.pods.inCluster(a) {
+		if a := netip.MustParseAddr(s); r.srv.inCluster(a) {
 			t.Errorf("%s taken for a pod's address", a)
 		}
 	}

@@ -111,8 +111,7 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 	if c.ec2Endpoint == "" && c.endpoint != "" && env.WeighTraffic {
 		env.Log.Info("EC2 calls (the load balancers' nodes) go to --elbv2-endpoint, as no --ec2-endpoint is given", "endpoint", c.endpoint)
 	}
-	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log,
-		Learned: env.Learned, ShortenTails: env.ShortenTails, Lags: env.Lags}), nil
+	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log, Learned: env.Learned}), nil
 }
 
 // newCalls is draingate_elbv2_calls_total, the AWS calls by action and

@@ -14,8 +14,9 @@ import (
 // learns under its own ARN.
 func TestLearnedTailLengthensOnly(t *testing.T) {
 	const arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/73e2d6bc24d8a067"
-	book := learn.NewBook()
-	s := New(Options{ALBTail: 20 * time.Second, NLBTail: 300 * time.Second, Learned: book})
+	learned := learn.New(learn.Options{Tails: true})
+	book := learned.Book()
+	s := New(Options{ALBTail: 20 * time.Second, NLBTail: 300 * time.Second, Learned: learned})
 	if k := s.LearnKey(arn); k != "tg:"+arn {
 		t.Fatalf("key %q, want the group's own", k)
 	}

@@ -38,7 +38,6 @@ import (
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
-	"draingate.dev/draingate/internal/learn"
 	"draingate.dev/draingate/internal/route"
 )
 
@@ -77,14 +76,9 @@ type Options struct {
 	CRDInterval time.Duration
 	// Log receives what an operator should know (slog.Default when nil).
 	Log *slog.Logger
-	// Learned and ShortenTails are route.Env's: the propagation learnt per
-	// load balancer (LearnKey), which lengthens the tails.
-	Learned      *learn.Book
-	ShortenTails bool
-	// Lags is route.Env's: how long after a pod's deletion the controller
-	// took it out of each load balancer's groups (LagKey), which sizes
-	// new pods' max-wait (AdmissionNeed).
-	Lags *learn.Book
+	// Learned is route.Env's: the propagation learnt per load balancer
+	// (LearnKey), which lengthens the tails; nil: nothing learnt.
+	Learned route.LearnedTails
 }
 
 // Source observes target-group routes. Make it with New.
@@ -307,7 +301,14 @@ func (s *Source) noteType(arn, lbType string) {
 // and the error says why. The pod's routes may still change after its
 // creation, and its deadline does not follow them.
 func (s *Source) AdmissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
-	tail, why, err := s.podTail(ctx, pod)
+	var tail time.Duration
+	var why string
+	groups, err := s.planned(ctx, pod)
+	for _, g := range groups {
+		if g.tail > tail {
+			tail, why = g.tail, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", g.tailName, g.tail, g.ARN, g.Service)
+		}
+	}
 	if err != nil {
 		tail, why = s.cfg.NLBTail, fmt.Sprintf("the NLB tail (%s), the longest, since %v", s.cfg.NLBTail, err)
 	}
@@ -317,31 +318,53 @@ func (s *Source) AdmissionWait(ctx context.Context, pod *corev1.Pod) (time.Durat
 	return tail - s.cfg.ALBTail, why, err
 }
 
-// podTail is the longest tail of the target groups bound to a Service
-// that selects the pod, and the sentence naming it; an error when the
-// cache cannot tell.
-func (s *Source) podTail(ctx context.Context, pod *corev1.Pod) (tail time.Duration, why string, err error) {
+// AdmissionRoutes implements route.Learner: the groups bound to a Service
+// that selects the pod, each with its tail; nil when the cache cannot tell.
+func (s *Source) AdmissionRoutes(ctx context.Context, pod *corev1.Pod) []route.Planned {
+	groups, err := s.planned(ctx, pod)
+	if err != nil {
+		return nil
+	}
+	var out []route.Planned
+	for _, g := range groups {
+		out = append(out, route.Planned{Name: g.ARN, What: fmt.Sprintf("target group %s (Service %s)", g.ARN, g.Service), Tail: g.tail, TailName: g.tailName})
+	}
+	return out
+}
+
+// plannedGroup is a target group a pod being created will be a target of,
+// with its tail.
+type plannedGroup struct {
+	Binding
+	tail     time.Duration
+	tailName string
+}
+
+// planned are the target groups bound to a Service that selects the pod,
+// each with its tail as its load balancer's type and what was learnt make
+// it; an error when the cache cannot tell.
+func (s *Source) planned(ctx context.Context, pod *corev1.Pod) ([]plannedGroup, error) {
 	switch {
 	case !s.known.Load():
-		return 0, "", errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
+		return nil, errors.New("whether the TargetGroupBinding CRD is installed is not known yet")
 	case !s.on.Load():
-		return 0, "", nil
+		return nil, nil
 	case !s.synced.Load():
-		return 0, "", errors.New("the TargetGroupBinding cache has not synced yet")
+		return nil, errors.New("the TargetGroupBinding cache has not synced yet")
 	case s.services == nil:
-		return 0, "", errors.New("target-group routes have not started")
+		return nil, errors.New("target-group routes have not started")
 	}
 	bindings, err := s.selecting(ctx, pod)
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
+	var out []plannedGroup
 	for _, b := range bindings {
 		t, name := s.tail(s.typeOf(b.ARN))
-		if t, name = s.learnedTail(b.ARN, t, name); t > tail {
-			tail, why = t, fmt.Sprintf("the %s tail (%s) of target group %s, bound to Service %s", name, t, b.ARN, b.Service)
-		}
+		t, name = s.learnedTail(b.ARN, t, name)
+		out = append(out, plannedGroup{Binding: b, tail: t, tailName: name})
 	}
-	return tail, why, nil
+	return out, nil
 }
 
 // selecting are the namespace's `ip` bindings whose Service selects the
@@ -367,41 +390,6 @@ func (s *Source) selecting(ctx context.Context, pod *corev1.Pod) ([]Binding, err
 		}
 	}
 	return out, nil
-}
-
-// LagKey implements route.LagLearner: a group's lag is keyed as its
-// propagation is (LearnKey), after learn.LagPrefix.
-func (s *Source) LagKey(arn string) string { return learn.LagPrefix + s.LearnKey(arn) }
-
-// AdmissionNeed implements route.LagLearner: for each group bound to a
-// Service that selects the pod, how long after a pod's deletion the
-// controller was seen taking pods out of it (the learnt lag's bound:
-// learn.Learned) plus the group's tail; the longest. Zero when nothing was
-// learnt, or when the cache cannot tell which groups select the pod
-// (AdmissionWait says so).
-func (s *Source) AdmissionNeed(ctx context.Context, pod *corev1.Pod) (need time.Duration, why string) {
-	if s.cfg.Lags == nil || !s.synced.Load() || s.services == nil {
-		return 0, ""
-	}
-	bindings, err := s.selecting(ctx, pod)
-	if err != nil {
-		return 0, ""
-	}
-	for _, b := range bindings {
-		l := s.cfg.Lags.Learned(s.LagKey(b.ARN))
-		if l.N == 0 {
-			continue
-		}
-		t, name := s.tail(s.typeOf(b.ARN))
-		t, name = s.learnedTail(b.ARN, t, name)
-		lag, phrase := l.Generous("lags")
-		if n := lag + t; n > need {
-			need = n
-			why = fmt.Sprintf("target group %s (Service %s) took pods out up to %s after their deletion (%s), plus its %s tail (%s)",
-				b.ARN, b.Service, lag.Round(100*time.Millisecond), phrase, name, t)
-		}
-	}
-	return need, why
 }
 
 // ipBindings are the namespace's TargetGroupBindings of `ip` targets that
@@ -565,7 +553,7 @@ func (s *Source) Judge(state, reason, lbType string, wasRegistered bool) gate.Ob
 	return o
 }
 
-// LearnKey implements route.Learner: a group's propagation is its load
+// LearnKey implements route.Learner: what a group teaches is its load
 // balancer's ("lb:" and its ARN, the first of several), or the group's own
 // ("tg:" and its ARN) while its load balancer is not known.
 func (s *Source) LearnKey(arn string) string {
@@ -579,12 +567,12 @@ func (s *Source) LearnKey(arn string) string {
 
 // learnedTail is a group's tail given what its load balancer's drains
 // taught: never shorter than the configured one unless the user opted in
-// (learn.Learned.Tail); the name says when it was lengthened.
+// (internal/learn); the name says when it was lengthened.
 func (s *Source) learnedTail(arn string, tail time.Duration, name string) (time.Duration, string) {
 	if s.cfg.Learned == nil {
 		return tail, name
 	}
-	t, why := s.cfg.Learned.Learned(s.LearnKey(arn)).Tail(tail, s.cfg.ShortenTails)
+	t, why := s.cfg.Learned.Tail(s.LearnKey(arn), tail)
 	if why != "" {
 		name += fmt.Sprintf(" (%s, %s)", tail, why)
 	}

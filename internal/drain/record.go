@@ -1,4 +1,4 @@
-package ledger
+package drain
 
 import (
 	"cmp"
@@ -10,9 +10,11 @@ import (
 	"draingate.dev/draingate/internal/gate"
 )
 
-// Record is what every replica knows of one terminating pod's routes, as
-// its Lease keeps it: the union of their observations, in which the first
-// observation of each route going out wins.
+// Record is the drain's own record, as the replicas share it (the shared
+// memory stores it as it is: internal/ledger): what every replica knows
+// of one terminating pod's routes, the union of their observations, in
+// which the first observation of each route going out wins. Its JSON is
+// what the Leases hold: keep it readable by the previous version.
 type Record struct {
 	// Pod is "namespace/name", for people reading the Lease.
 	Pod string `json:"pod,omitempty"`
@@ -63,7 +65,7 @@ func (r Route) Out() time.Time {
 // pod in it, and ports if either has them (a's first). Union is
 // commutative, associative and idempotent but for which ports it keeps,
 // so replicas writing in any order agree on when each route went out.
-func Union(a, b Record) Record {
+func (a Record) Union(b Record) Record {
 	out := Record{Pod: cmp.Or(a.Pod, b.Pod), Since: earliest(a.Since, b.Since)}
 	byKey := map[gate.RouteKey]Route{}
 	for _, r := range slices.Concat(a.Routes, b.Routes) {
@@ -106,13 +108,13 @@ func outsAfter(outs []time.Time, in time.Time) []time.Time {
 	return kept
 }
 
-// Of is what a step of the gate, from prev (the memory it was given) to
-// next (the memory it returned) at now, adds to the record: the pod's
+// recordOf is what a step of the gate, from prev (the memory it was given)
+// to next (the memory it returned) at now, adds to the record: the pod's
 // Since, its routes with when they went out, and when one the gate had as
 // out came back in. A route's latest arrival is kept only once it is past
 // the route's tail (tails gives each route's tail), where it lengthens a
 // wait without evidence.
-func Of(pod string, prev, next gate.Memory, now time.Time, tails map[gate.RouteKey]time.Duration) Record {
+func recordOf(pod string, prev, next gate.Memory, now time.Time, tails map[gate.RouteKey]time.Duration) Record {
 	r := Record{Pod: pod, Since: next.TerminatingSince}
 	for _, k := range slices.SortedFunc(maps.Keys(next.Routes), compareKeys) {
 		m := next.Routes[k]
@@ -158,8 +160,11 @@ func (r Record) Merge(mem gate.Memory) gate.Memory {
 // Covers says whether r already holds everything o says (Union(r, o) is
 // r): nothing to write.
 func (r Record) Covers(o Record) bool {
-	return equal(Union(r, o), Union(r, Record{}))
+	return equal(r.Union(o), r.Union(Record{}))
 }
+
+// PodName is the pod the record is of, "namespace/name".
+func (r Record) PodName() string { return r.Pod }
 
 func equal(a, b Record) bool {
 	if a.Pod != b.Pod || !a.Since.Equal(b.Since) || len(a.Routes) != len(b.Routes) {

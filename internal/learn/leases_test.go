@@ -1,4 +1,4 @@
-package ledger
+package learn
 
 import (
 	"context"
@@ -9,9 +9,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"draingate.dev/draingate/internal/learn"
 	"draingate.dev/draingate/internal/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestLearnedOutlivesARestart: two replicas' books on the real API server
 // each learn their own drains of one load balancer and sync; both end with
@@ -26,23 +27,23 @@ func TestLearnedOutlivesARestart(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const key = "lb:arn:aws:elasticloadbalancing:eu-west-1:123456789012:loadbalancer/app/web/50dc6c495c0c9188"
 	now := time.Now().Truncate(time.Second)
-	var books []*learn.Book
-	var stores []*Learned
+	var books []*Book
+	var stores []*Leases
 	for range 2 {
-		b := learn.NewBook()
-		books, stores = append(books, b), append(stores, NewLearned(c.Client, ns, b, log))
+		b := NewBook()
+		books, stores = append(books, b), append(stores, NewLeases(c.Client, ns, b, log))
 	}
 	books[0].Add(key, now.Add(-3*time.Second), 12*time.Second)
 	books[0].Add(key, now.Add(-2*time.Second), 27*time.Second)
 	books[1].Add(key, now.Add(-time.Second), 19*time.Second)
 	// The second writes over the first's Lease: a write is a union.
-	for _, s := range []*Learned{stores[0], stores[1], stores[0]} {
+	for _, s := range []*Leases{stores[0], stores[1], stores[0]} {
 		if err := s.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i, b := range books {
-		if l := b.Learned(key); l.N != 3 || l.Bound != 27*time.Second {
+		if l := b.Estimate(key); l.N != 3 || l.Bound != 27*time.Second {
 			t.Errorf("replica %d: %+v, want 3 samples, the longest 27s", i, l)
 		}
 	}
@@ -53,11 +54,11 @@ func TestLearnedOutlivesARestart(t *testing.T) {
 	if len(list.Items) != 1 || list.Items[0].Name != LeaseName(key) || list.Items[0].Annotations[keyAnnotation] != key {
 		t.Fatalf("Leases %+v, want one named %s for the key", list.Items, LeaseName(key))
 	}
-	restarted := learn.NewBook()
-	if err := NewLearned(c.Client, ns, restarted, log).Sync(ctx); err != nil {
+	restarted := NewBook()
+	if err := NewLeases(c.Client, ns, restarted, log).Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l := restarted.Learned(key); l.N != 3 || l.Bound != 27*time.Second {
+	if l := restarted.Estimate(key); l.N != 3 || l.Bound != 27*time.Second {
 		t.Errorf("after a restart: %+v, want the 3 samples, the longest 27s", l)
 	}
 	if d := restarted.Dirty(); len(d) != 0 {

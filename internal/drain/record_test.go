@@ -1,4 +1,4 @@
-package ledger
+package drain
 
 import (
 	"math/rand/v2"
@@ -20,17 +20,17 @@ var tg = gate.RouteKey{Kind: "targetgroup", Name: "arn:a"}
 func TestUnionFirstOutWins(t *testing.T) {
 	a := Record{Pod: "shop/web", Since: at(2), Routes: []Route{{Kind: tg.Kind, Name: tg.Name, Outs: []time.Time{at(10)}, WasRoute: true}}}
 	b := Record{Pod: "shop/web", Since: at(1), Routes: []Route{{Kind: tg.Kind, Name: tg.Name, Outs: []time.Time{at(12)}, Ports: []uint16{8080}}}}
-	for _, u := range []Record{Union(a, b), Union(b, a)} {
+	for _, u := range []Record{a.Union(b), b.Union(a)} {
 		r := u.Routes[0]
 		if !u.Since.Equal(at(1)) || !r.Out().Equal(at(10)) || !r.WasRoute || len(r.Ports) != 1 {
 			t.Errorf("union %+v: want since 1 s, out at 10 s, seen in it, its ports", u)
 		}
 	}
 	back := Record{Routes: []Route{{Kind: tg.Kind, Name: tg.Name, In: at(11)}}}
-	if r := Union(Union(a, b), back).Routes[0]; !r.Out().Equal(at(12)) {
+	if r := a.Union(b).Union(back).Routes[0]; !r.Out().Equal(at(12)) {
 		t.Errorf("back in at 11 s: out %v, want 12 s (the only out after it)", r.Out())
 	}
-	if r := Union(a, back).Routes[0]; !r.Out().IsZero() {
+	if r := a.Union(back).Routes[0]; !r.Out().IsZero() {
 		t.Errorf("back in at 11 s after out at 10 s: out %v, want none", r.Out())
 	}
 }
@@ -61,11 +61,11 @@ func TestUnionAgreesInAnyOrder(t *testing.T) {
 	}
 	for range 2000 {
 		x, y, z := some(), some(), some()
-		if !equal(Union(x, Union(y, z)), Union(Union(x, y), z)) || !equal(Union(x, y), Union(y, x)) ||
-			!equal(Union(x, Union(x, y)), Union(x, y)) {
+		if !equal(x.Union(y.Union(z)), x.Union(y).Union(z)) || !equal(x.Union(y), y.Union(x)) ||
+			!equal(x.Union(x.Union(y)), x.Union(y)) {
 			t.Fatalf("union of %+v, %+v, %+v depends on the order", x, y, z)
 		}
-		if u := Union(x, y); !u.Covers(x) || !u.Covers(y) {
+		if u := x.Union(y); !u.Covers(x) || !u.Covers(y) {
 			t.Fatalf("the union of %+v and %+v does not cover them", x, y)
 		}
 	}
@@ -103,7 +103,7 @@ func TestOfRecordsWhatAStepAdds(t *testing.T) {
 		tg: {OutSince: at(5), WasRoute: true}, es: {OutSince: at(2), WasRoute: true}}}
 	next := gate.Memory{TerminatingSince: at(1), Routes: map[gate.RouteKey]gate.RouteMemory{
 		tg: {WasRoute: true, LastArrival: at(30)}, es: {OutSince: at(2), WasRoute: true, LastArrival: at(30)}}}
-	r := Of("shop/web", prev, next, at(40), map[gate.RouteKey]time.Duration{tg: 20 * time.Second, es: 20 * time.Second})
+	r := recordOf("shop/web", prev, next, at(40), map[gate.RouteKey]time.Duration{tg: 20 * time.Second, es: 20 * time.Second})
 	byKey := map[gate.RouteKey]Route{}
 	for _, x := range r.Routes {
 		byKey[gate.RouteKey{Kind: x.Kind, Name: x.Name}] = x
@@ -115,7 +115,7 @@ func TestOfRecordsWhatAStepAdds(t *testing.T) {
 		t.Errorf("still out, an arrival past its tail: %+v, want out at 2 s and the arrival kept", x)
 	}
 	next.Routes[es] = gate.RouteMemory{OutSince: at(2), WasRoute: true, LastArrival: at(15)}
-	for _, x := range Of("shop/web", prev, next, at(40), map[gate.RouteKey]time.Duration{es: 20 * time.Second}).Routes {
+	for _, x := range recordOf("shop/web", prev, next, at(40), map[gate.RouteKey]time.Duration{es: 20 * time.Second}).Routes {
 		if x.Name == es.Name && !x.LastArrival.IsZero() {
 			t.Errorf("an arrival within the tail recorded: %+v", x)
 		}

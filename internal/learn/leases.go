@@ -1,4 +1,4 @@
-package ledger
+package learn
 
 import (
 	"context"
@@ -9,43 +9,43 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"draingate.dev/draingate/internal/learn"
+	"draingate.dev/draingate/internal/lease"
 )
 
-// What the cluster's drains taught (internal/learn) is kept here too: one
-// Lease per key (a load balancer), labelled apart from the pods' records,
-// the key and its summary in annotations. Every replica merges every Lease
-// into its book, and writes the union of a Lease's summary and its own, so
-// that a restart or a second replica starts from all of it.
+// What the cluster's drains taught is kept in Leases of draingate's
+// namespace: one per key (a load balancer), labelled apart from the pods'
+// records (internal/ledger), the key and its summary in annotations. Every
+// replica merges every Lease into its book, and writes the union of a
+// Lease's summary and its own, so that a restart or a second replica
+// starts from all of it.
 const (
+	labelKey          = "draingate.dev/ledger"
 	learnedPrefix     = "draingate-learned-"
 	learnedLabelValue = "learned"
 	keyAnnotation     = "draingate.dev/learned-key"
 	learnedAnnotation = "draingate.dev/propagation"
 )
 
-// Learned keeps a learn.Book in Leases of one namespace. Make it with
-// NewLearned.
-type Learned struct {
+// Leases keeps a Book in Leases of one namespace. Make it with NewLeases.
+type Leases struct {
 	cs   kubernetes.Interface
 	ns   string
-	book *learn.Book
+	book *Book
 	log  *slog.Logger
 	now  func() time.Time
 }
 
-// NewLearned returns a store for book in namespace.
-func NewLearned(cs kubernetes.Interface, namespace string, book *learn.Book, log *slog.Logger) *Learned {
-	return &Learned{cs: cs, ns: namespace, book: book, log: log, now: time.Now}
+// NewLeases returns a store for book in namespace.
+func NewLeases(cs kubernetes.Interface, namespace string, book *Book, log *slog.Logger) *Leases {
+	return &Leases{cs: cs, ns: namespace, book: book, log: log, now: time.Now}
 }
 
 // Run syncs every interval until ctx ends, then once more (what was learnt
 // last is written before the replica goes).
-func (l *Learned) Run(ctx context.Context, every time.Duration) {
+func (l *Leases) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -61,7 +61,7 @@ func (l *Learned) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (l *Learned) logErr(err error) {
+func (l *Leases) logErr(err error) {
 	if err != nil {
 		l.log.Warn("learned propagation: not synced with its Leases (tails are lengthened by what this replica knows)", "namespace", l.ns, "err", err)
 	}
@@ -70,7 +70,7 @@ func (l *Learned) logErr(err error) {
 // Sync merges every Lease into the book, then writes each key the book
 // added samples to since the last sync. A key whose write fails is written
 // at the next sync.
-func (l *Learned) Sync(ctx context.Context) error {
+func (l *Leases) Sync(ctx context.Context) error {
 	list, err := l.cs.CoordinationV1().Leases(l.ns).List(ctx, metav1.ListOptions{LabelSelector: labelKey + "=" + learnedLabelValue})
 	if err != nil {
 		return fmt.Errorf("list the learned Leases: %w", err)
@@ -80,7 +80,7 @@ func (l *Learned) Sync(ctx context.Context) error {
 	for i := range list.Items {
 		le := &list.Items[i]
 		key := le.Annotations[keyAnnotation]
-		s, err := learn.Decode(le.Annotations[learnedAnnotation])
+		s, err := Decode(le.Annotations[learnedAnnotation])
 		if err != nil || key == "" {
 			errs = append(errs, fmt.Errorf("Lease %s: %v (rewritten at its key's next sample)", le.Name, err))
 			continue
@@ -106,49 +106,29 @@ func LeaseName(key string) string {
 
 // write stores the union of the Lease's summary of key and the book's,
 // re-reading on a conflict.
-func (l *Learned) write(ctx context.Context, key string, cur *coordinationv1.Lease) error {
-	leases := l.cs.CoordinationV1().Leases(l.ns)
+func (l *Leases) write(ctx context.Context, key string, cur *coordinationv1.Lease) error {
 	name := LeaseName(key)
-	for range 5 {
+	written, err := lease.Write(ctx, l.cs.CoordinationV1().Leases(l.ns), name, cur, func(cur *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 		mine := l.book.Get(key)
-		var err error
 		if cur == nil {
-			le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.ns,
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.ns,
 				Labels:      map[string]string{labelKey: learnedLabelValue, "app.kubernetes.io/managed-by": "draingate"},
-				Annotations: map[string]string{keyAnnotation: key, learnedAnnotation: mine.Encode()}}}
-			_, err = leases.Create(ctx, le, metav1.CreateOptions{})
-			if !apierrors.IsAlreadyExists(err) {
-				return err
-			}
-		} else {
-			stored, _ := learn.Decode(cur.Annotations[learnedAnnotation]) // unreadable: replaced
-			union := stored
-			union.Merge(mine, l.now())
-			le := cur.DeepCopy()
-			if le.Annotations == nil {
-				le.Annotations = map[string]string{}
-			}
-			le.Annotations[keyAnnotation], le.Annotations[learnedAnnotation] = key, union.Encode()
-			_, err = leases.Update(ctx, le, metav1.UpdateOptions{})
-			if err == nil {
-				l.book.Merge(key, union)
-				return nil
-			}
-			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return err
-			}
+				Annotations: map[string]string{keyAnnotation: key, learnedAnnotation: mine.Encode()}}}, nil
 		}
-		// Another replica wrote (or deleted) first: merge with what is
-		// there now.
-		live, gerr := leases.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(gerr):
-			cur = nil
-		case gerr != nil:
-			return gerr
-		default:
-			cur = live
+		union, _ := Decode(cur.Annotations[learnedAnnotation]) // unreadable: replaced
+		union.Merge(mine, l.now())
+		le := cur.DeepCopy()
+		if le.Annotations == nil {
+			le.Annotations = map[string]string{}
+		}
+		le.Annotations[keyAnnotation], le.Annotations[learnedAnnotation] = key, union.Encode()
+		return le, nil
+	}, nil)
+	if err == nil && written != nil {
+		// What other replicas wrote comes back with the union.
+		if s, derr := Decode(written.Annotations[learnedAnnotation]); derr == nil {
+			l.book.Merge(key, s)
 		}
 	}
-	return errors.New("the Lease kept changing under five writes")
+	return err
 }

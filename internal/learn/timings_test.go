@@ -1,13 +1,13 @@
-package server
+package learn
 
 import (
 	"net/netip"
 	"testing"
 	"time"
 
+	"draingate.dev/draingate/internal/drain"
 	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
-	"draingate.dev/draingate/internal/learn"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/route/targetgroup"
 )
@@ -17,31 +17,24 @@ import (
 // route still open, or closed with no trusted source, teaches nothing.
 func TestClosedRoutesTeachOnce(t *testing.T) {
 	out := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	s := &Server{book: learn.NewBook(), sources: []route.Source{targetgroup.New(targetgroup.Options{})}}
-	p := newPods()
-	var got []time.Duration
-	p.learn = func(k gate.RouteKey, outSince time.Time, stops []evidence.Stop) {
-		for _, st := range stops {
-			got = append(got, st.At.Sub(outSince))
-		}
-		s.learnStops(k, outSince, stops)
-	}
+	tm := New(Options{Tails: true})
+	tm.use([]route.Source{targetgroup.New(targetgroup.Options{})})
 	tg := gate.RouteKey{Kind: "targetgroup", Name: "arn:tg"}
 	es := gate.RouteKey{Kind: "endpointslice", Name: "ns/web"}
 	stops := []evidence.Stop{{Addr: netip.MustParseAddr("10.0.0.1"), At: out.Add(4 * time.Second)}, {Addr: netip.MustParseAddr("10.0.0.2"), At: out.Add(9 * time.Second)}}
-	st := &podState{}
 	mem := gate.Memory{Routes: map[gate.RouteKey]gate.RouteMemory{
 		tg: {OutSince: out, Stops: stops},
 		es: {OutSince: out},
 	}}
-	p.learnedLocked(st, mem)
-	p.learnedLocked(st, mem)
-	if len(got) != 2 || got[0] != 4*time.Second || got[1] != 9*time.Second {
-		t.Errorf("learnt %v, want 4s and 9s once", got)
-	}
+	d := &drain.Decision{Key: route.PodKey{Namespace: "ns", Name: "web", UID: "u1"}, Next: mem}
+	tm.Decided(d)
+	tm.Decided(d)
 	// The target group kind keys a group by its load balancer, by the
 	// group itself while that is not read.
-	if l := s.book.Learned("tg:arn:tg"); l.N != 2 || l.Bound != 9*time.Second {
-		t.Errorf("book: %v %+v, want the two stops under the group's key", s.book.Keys(), l)
+	if e := tm.book.Estimate("tg:arn:tg"); e.N != 2 || e.Bound != 9*time.Second {
+		t.Errorf("book: %v %+v, want the two stops (4s, 9s) once, under the group's key", tm.book.Keys(), e)
+	}
+	if keys := tm.book.Keys(); len(keys) != 1 {
+		t.Errorf("keys %v, want the target group's alone", keys)
 	}
 }

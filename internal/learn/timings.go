@@ -1,0 +1,243 @@
+package learn
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"draingate.dev/draingate/internal/drain"
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
+)
+
+// Options configure Timings. Zero values take the defaults beside them.
+type Options struct {
+	// Tails learns each load balancer's propagation from the drains the
+	// traffic evidence closed, and lengthens the tails by it (Tail);
+	// Shorten also lets a sure bound shorten them (the user opts in).
+	Tails, Shorten bool
+	// Lags learns how long after each pod's deletion its routes went out,
+	// per load balancer, which sizes new pods' max-wait (AdmissionNeed).
+	// Ceiling is how long after a deletion a gone pod's routes are
+	// watched for it (default 10m).
+	Lags    bool
+	Ceiling time.Duration
+	// Kube and Namespace are where the book is shared among replicas
+	// (Leases); none without a namespace.
+	Kube      kubernetes.Interface
+	Namespace string
+	// InCluster says whether an address is a pod's of the cluster (from
+	// the cache): a gone pod whose address another pod holds teaches no
+	// lag.
+	InCluster func(netip.Addr) bool
+	// Log receives what an operator should know (slog.Default when nil).
+	Log *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Timings is learning: it takes each drain's decision (a drain.Consumer)
+// and records what it teaches in its Book, shares the book through Leases,
+// gives the kinds their learnt tails (route.LearnedTails) and the webhook
+// a new pod's need (AdmissionNeed), and watches the routes of pods
+// released at their deadline until they went out. Make it with New.
+type Timings struct {
+	o     Options
+	book  *Book
+	store *Leases // nil without a namespace
+
+	// learners are the kinds whose routes teach, by kind (Start).
+	learners map[string]route.Learner
+	sources  []route.Source
+
+	mu     sync.Mutex
+	closed bool
+	pods   map[route.PodKey]*podTimes
+	// gone are the pods the tracker is done with whose lags are still
+	// to learn: their routes are watched (watchLocked); goneN counts them.
+	gone  map[route.PodKey]*podTimes
+	goneN atomic.Int32
+}
+
+// podTimes is what learning keeps of one pod.
+type podTimes struct {
+	key route.PodKey
+	// pod is the pod as last observed (with the addresses last seen): a
+	// gone pod's routes are observed with it.
+	pod *corev1.Pod
+	// deleted is when it was deleted (the earliest deletedAt seen).
+	deleted time.Time
+	// everAsked: its agent asked this replica.
+	everAsked bool
+	// routes are the gate's memory of its routes at the last decision.
+	routes map[gate.RouteKey]gate.RouteMemory
+	// learnt are the routes whose stops were recorded; lagged those whose
+	// lag was.
+	learnt, lagged map[gate.RouteKey]bool
+}
+
+// New returns Timings with an empty book.
+func New(o Options) *Timings {
+	if o.Ceiling <= 0 {
+		o.Ceiling = 10 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	t := &Timings{o: o, book: NewBook(), learners: map[string]route.Learner{},
+		pods: map[route.PodKey]*podTimes{}, gone: map[route.PodKey]*podTimes{}}
+	if o.Kube != nil && o.Namespace != "" {
+		t.store = NewLeases(o.Kube, o.Namespace, t.book, o.Log)
+	}
+	return t
+}
+
+// Book is what was learnt.
+func (t *Timings) Book() *Book { return t.book }
+
+// syncEvery is how often a replica merges the learned Leases and writes
+// what it learnt; sweepEvery how often gone pods' routes are observed
+// again without a change.
+const (
+	syncEvery  = 30 * time.Second
+	sweepEvery = 5 * time.Second
+)
+
+// Start takes the route sources (the kinds whose routes teach are those
+// that implement route.Learner), syncs the book with its Leases once
+// before the server serves (a restart starts from what was learnt), then
+// keeps syncing and watching gone pods in the background until ctx ends.
+func (t *Timings) Start(ctx context.Context, sources []route.Source) {
+	t.use(sources)
+	if t.store != nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := t.store.Sync(sctx); err != nil {
+			t.o.Log.Warn("learned propagation: could not read or write its Leases at start; tails are lengthened by what this replica learns", "err", err)
+		}
+		cancel()
+		go t.store.Run(ctx, syncEvery)
+	}
+	if t.o.Lags {
+		go wait.UntilWithContext(ctx, func(context.Context) { t.sweep() }, sweepEvery)
+	}
+	go func() {
+		<-ctx.Done()
+		t.close()
+	}()
+}
+
+// use takes the route sources: the kinds whose routes teach are those
+// that implement route.Learner.
+func (t *Timings) use(sources []route.Source) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sources = sources
+	for _, src := range sources {
+		if l, ok := src.(route.Learner); ok {
+			t.learners[src.Kind()] = l
+		}
+	}
+}
+
+// Watching is how many gone pods' routes are watched for their lag.
+func (t *Timings) Watching() int { return int(t.goneN.Load()) }
+
+// key is the key a route teaches under ("" when its kind teaches none).
+func (t *Timings) key(k gate.RouteKey) string {
+	if l := t.learners[k.Kind]; l != nil {
+		return l.LearnKey(k.Name)
+	}
+	return ""
+}
+
+// Tail implements route.LearnedTails: the longer of the configured tail
+// and what key's drains taught; shorter only when the user opted in and
+// the bound is sure (Estimate.Tail).
+func (t *Timings) Tail(key string, configured time.Duration) (time.Duration, string) {
+	return t.book.Estimate(key).Tail(configured, t.o.Shorten)
+}
+
+// Decided implements drain.Consumer: what the step taught is recorded,
+// once per route of a pod: the stops of a route the traffic evidence
+// closed (Tails), the lag of a route seen out for the first time (Lags).
+func (t *Timings) Decided(d *drain.Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[d.Key]
+	if p == nil {
+		p = &podTimes{key: d.Key, learnt: map[gate.RouteKey]bool{}, lagged: map[gate.RouteKey]bool{}}
+		t.pods[d.Key] = p
+	}
+	p.pod, p.everAsked, p.routes = d.Pod, d.EverAsked, d.Next.Routes
+	if del := deletedAt(d.Pod); !del.IsZero() && (p.deleted.IsZero() || del.Before(p.deleted)) {
+		p.deleted = del
+	}
+	if t.o.Tails {
+		t.stopsLocked(p)
+	}
+	if t.o.Lags {
+		t.lagsLocked(p)
+	}
+}
+
+// stopsLocked records each stop of a route the evidence closed: its delay
+// after the route went out, under the route's key.
+func (t *Timings) stopsLocked(p *podTimes) {
+	for k, m := range p.routes {
+		if len(m.Stops) == 0 || m.OutSince.IsZero() || p.learnt[k] {
+			continue
+		}
+		p.learnt[k] = true
+		key := t.key(k)
+		if key == "" {
+			continue
+		}
+		for _, st := range m.Stops {
+			t.book.Add(key, st.At, st.At.Sub(m.OutSince))
+		}
+	}
+}
+
+// Gone implements drain.Consumer: a pod whose lags are still to learn is
+// watched on (see Keeps); any other is forgotten.
+func (t *Timings) Gone(pod route.PodKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[pod]
+	delete(t.pods, pod)
+	if p != nil && !t.closed && len(t.pendingLocked(p)) > 0 {
+		t.gone[pod] = p
+		t.goneN.Store(int32(len(t.gone)))
+	}
+}
+
+// Keeps implements drain.Keeper: a kind whose routes teach keeps its work
+// for a pod whose lags are still to learn.
+func (t *Timings) Keeps(pod route.PodKey, kind string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[pod]
+	return p != nil && t.learners[kind] != nil && len(t.pendingLocked(p)) > 0
+}
+
+// close stops watching gone pods: their sources forget them.
+func (t *Timings) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for _, p := range t.gone {
+		t.forgetLocked(p, false)
+	}
+	clear(t.gone)
+	t.goneN.Store(0)
+}
