@@ -360,9 +360,7 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			// At least the sudden-fall floor too (fallFactor times its
 			// longest gap), as for a trusted source: a source still
 			// sending at the tail's end whose rate falls then is no
-			// rarer for being untrusted (the catalogue's rate stepping
-			// from 10/s to 1.5/s, half a tail past its end: 3 % false
-			// quiets on the models' bound alone).
+			// rarer for being untrusted.
 			se = later(se, last.Add(min(max(f.Quiet, fallFactor*a.MaxGap), tail)))
 		}
 		if !trusted && last.After(r.OutSince) {

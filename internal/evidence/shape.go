@@ -28,10 +28,8 @@ const (
 	spanEps    = 5e-3
 	// spanPerLog is how much the factor grows per factor e that ε shrinks:
 	// bursts that chain for a longer run are rarer by about 5 times per
-	// 0.75 more of the factor (the catalogue's regular bursts of 5/s for
-	// 2 s between pauses of 2 s: 10 false quiets in 20,000 drains at a
-	// factor of 3, 4 in 40,000 at 3.75, none in 20,000 at 4.5), and the
-	// factor keeps their rate near a tenth of ε.
+	// 0.75 more of the factor (docs/evidence.md, "Why the constants"), and
+	// the factor keeps their rate near a tenth of ε.
 	spanPerLog = 0.75 / 1.609
 	// regularAlpha is the chance below which a source's longest gap,
 	// set against as many gaps of random arrivals at its rate, says it
@@ -40,15 +38,12 @@ const (
 	// fallFactor is how many times its longest gap a silence must last
 	// before it says that a source shown regular stopped: a rate that
 	// falls at once by up to this much is not taken for a stop. The
-	// whole watch's longest gap, not a mean: a mean (of the latest
-	// arrivals or of the whole watch) let the catalogue's chained bursts
-	// close falsely 45 times in 5,000 drains at ε 1e-2, 9 at 1e-3, and the
-	// rate stepping from 10/s to 1.5/s 3 times at 1e-3: the longest gap
-	// is what holds a source that pauses between bursts.
+	// whole watch's longest gap, not a mean: the longest gap is what holds
+	// a source that pauses between bursts, which a mean forgets.
 	fallFactor = 8
 	// paceWatch is the watch past which the sudden-fall floor weighs the
 	// source's pace instead of its longest gap (fallGap): half a minute,
-	// the shortest the catalogue holds it to (-catalogue.history 30s).
+	// long enough for a pausing source to have paused many times.
 	paceWatch = 30 * time.Second
 	// spreadZ is how many standard deviations above its mean the chance
 	// that an empty look follows an empty one must stay under the share of
@@ -279,16 +274,10 @@ func shape(a Arrivals, k, m, d, n, target, eps float64) (_ float64, by, why stri
 // latest arrival, which no gap foretells. And the longest gap of a long
 // watch is no pace: a regular source's is now and then a stall (everything
 // upstream paused a few hundred milliseconds, its requests then came
-// together), and 8 times it made every bound 2-4 s where the models and
-// the long gaps gave about one.
-// A count of long gaps instead of a watch's length (at least minLongGaps of
-// them within a factor of 2 of the longest, so that gapBound fitted them)
-// was tried: from the hook on, the catalogue's chained bursts then closed
-// falsely 5 times in 5,000 drains at ε = 10⁻³. With 30 s of history (the
-// shortest watch that weighs the pace) the catalogue has no false quiet in
-// any shape it holds to ε, chained bursts included; a minute, the first
-// threshold, left the lab's pods (deleted 25-100 s after they start) on
-// their longest gap, a bound of 1.7-2.5 s instead of 1.3-1.5 s.
+// together), and 8 times it makes every bound seconds long where the
+// models and the long gaps give about one. Why a watch's length and not a
+// count of long gaps decides, and why half a minute: docs/evidence.md, "Why
+// the constants".
 func fallGap(a Arrivals, longest, k, m, span, d float64) (gap float64, pace bool) {
 	if span < paceWatch.Seconds() || k <= 0 || a.Looks.N <= 0 {
 		return longest, false
@@ -298,10 +287,8 @@ func fallGap(a Arrivals, longest, k, m, span, d float64) (gap float64, pace bool
 	// (a chance c, its upper confidence limit, against q, the share of
 	// empty looks, which is c for random arrivals). Random
 	// arrivals pass the regularity check one time in ten; their longest
-	// gap is what holds them when their rate falls (the catalogue's
-	// Poisson source falling from 10/s to 1.5/s closed falsely 12 times
-	// in 5,000 drains at ε = 10⁻³ on its pace), and bursts cluster their
-	// empty looks.
+	// gap is what holds them when their rate falls (their pace does not),
+	// and bursts cluster their empty looks.
 	_, c := transitions(k, m, a.Looks.Pauses)
 	sd := math.Sqrt(c.mean() * (1 - c.mean()) / (c.al + c.be + 1))
 	if q := (m - k) / m; c.mean()+spreadZ*sd >= q {
@@ -342,9 +329,8 @@ func recentBound(a Arrivals, p, n float64) float64 {
 // silence of a source that keeps its shape; what they cannot see is a
 // source that sends in bursts and pauses longer than anything the watch
 // caught, and over a watch of seconds bursts of random arrivals between
-// pauses of a second look just like random arrivals (the catalogue's
-// bursty shapes passed every other check in ~0.5 % of drains, all false
-// quiets). A load balancer node spreading its requests over its targets
+// pauses of a second look just like random arrivals. A load balancer node
+// spreading its requests over its targets
 // sends each one much more regularly than random arrivals, and that can
 // be told: n gaps of random arrivals sampled in looks are geometric, with
 // chance q that a look is empty ((m − k + ½)/(m + 1)), and all of them stay

@@ -129,8 +129,9 @@ type Assessment struct {
 // route open and then went missing (an ask without a summary, an agent
 // that cannot see) never lets it close at once.
 //
-// Error policy (design rule 1): with Err set, the route keeps the phase its
-// last good read gives it, except that it never becomes closed. A route
+// Error policy (missing data may lengthen a wait, never shorten one):
+// with Err set, the route keeps the phase its last good read gives it,
+// except that it never becomes closed. A route
 // whose owner took the pod out before the error keeps waiting after its
 // tail has passed, until a successful read confirms the pod is still out.
 // The tail itself keeps counting from outSince (the owner did take the pod

@@ -1,16 +1,19 @@
-// Package learn keeps what a cluster's drains taught about its load
-// balancers, for the gate to size waits by (issue: learned timings): per
-// load balancer, a bounded, decaying summary of durations (how long each of
-// its nodes kept sending after a route went out; how long after a pod's
-// deletion its routes went out), and a high quantile of them with its
-// uncertainty. A Summary is a plain value: the server keeps one per key
-// and persists it (Encode, Decode) so that a restart or another replica
-// starts from it.
+// Package learn is learning: what the cluster's drains teach about its
+// load balancers, for the waits to be sized by. It is one room: the
+// bounded, decaying summaries of durations per key (a load balancer:
+// Summary, Book), their sharing among replicas and across restarts in
+// Leases (Leases), and Timings, which takes each drain's decision
+// (drain.Consumer) and records what it teaches: how long each of a load
+// balancer's nodes kept sending after a route went out (its propagation,
+// which lengthens that load balancer's tails: route.LearnedTails), and how
+// long after a pod's deletion its routes went out (the lag, which sizes
+// new pods' max-wait: AdmissionNeed), watching the routes of pods released
+// at their deadline until they go out. The kinds of route give it their
+// keys (route.Learner); it names no kind.
 //
-// What a learned value may do is the gate's rule, not this package's: it
-// may lengthen a wait whenever it says a load balancer sends later than
-// its configured tail, and shorten one only when the user opted in and
-// the bound is sure (Upper's ok).
+// What a learned value may do: lengthen a wait whenever it says a load
+// balancer sends later than its configured tail, and shorten one only
+// when the user opted in and the bound is sure (Summary.Upper's ok).
 package learn
 
 import (

@@ -1,32 +1,39 @@
 // Package route is what a kind of route implements: the ways traffic can
 // still reach a terminating pod. Each kind is a folder below this one
-// (endpointslice, targetgroup, external) and owns everything about itself: its flags
-// and tail defaults, the objects it caches and how it slims them, its
-// informers and background work, its metrics, what it adds to a new pod's
-// max-wait at admission, and one gate.Observation per route of a
+// (endpointslice, targetgroup, external) and owns everything about itself:
+// its flags and tail defaults, the objects it caches and how it slims
+// them, its informers and background work, its metrics, what it adds to a
+// new pod's max-wait at admission, and one gate.Observation per route of a
 // terminating pod. The gate (internal/gate) judges the observations and
-// knows no kind; the server (internal/server) lists the kinds in one file
-// and otherwise only loops over them.
+// knows no kind; the drain tracker (internal/drain) observes through every
+// kind; the server lists the kinds in one file and otherwise only loops
+// over them. What every kind reads of Services and their EndpointSlices is
+// here (Services), not in a kind.
 //
 // Adding a kind (a GKE NEG, say):
 //
 //  1. Make a folder internal/route/<kind> with a type implementing Kind
 //     (its flags, their validation, its tails, Open) and one implementing
-//     Source (Transform, Start, Ready, Observe, Forget, Drop,
-//     AdmissionWait, Close). Source.Kind names the routes in verdicts.
+//     Source (Kind, Start, Ready, Observe, AdmissionWait), plus the small
+//     interfaces of what only some kinds do: Transformer (it caches
+//     objects of its own), Forgetter (it works per waiting pod), Closer
+//     (its work outlives the server's context), Learner (its routes teach
+//     their load balancer's timings), LoadBalancers (it reads the load
+//     balancers in front of Services). Source.Kind names the routes in
+//     verdicts.
 //  2. Add one line to the list in internal/server/kinds.go.
-//  3. If it needs to know something another kind knows (which Services
-//     list a pod, say), find it at Start among Host.Sources through a small
-//     interface of this package (ServiceLister), never another kind's
-//     concrete type; a kind package imports no other kind package.
+//  3. What it needs to know of Services (which list a pod, which select a
+//     pod being created) it reads from Host.Services; of the load
+//     balancers in front of them, from Host.LoadBalancers. A kind package
+//     imports no other kind package.
 //  4. Write down the facts its tail rests on, with their sources, in
 //     docs/facts.md.
 //
-// Rules every kind keeps (design rule 1): an error or a source that has
-// not synced never makes a route look closed (Observe fails, or reports
-// the route not synced); a route stays a route after its owner drops the
-// pod (Observe reports every name in known); missing data may lengthen a
-// wait, never shorten one.
+// Rules every kind keeps: an error or a source that has not synced never
+// makes a route look closed (Observe fails, or reports the route not
+// synced); a route stays a route after its owner drops the pod (Observe
+// reports every name in known); missing data may lengthen a wait, never
+// shorten one.
 package route
 
 import (
@@ -127,10 +134,12 @@ type Host struct {
 	// namespace "" means every pod, name "" every pod of the namespace. It
 	// must not be called with any lock held that Observe takes.
 	Changed func(namespace, name string)
-	// Sources are every kind's sources, this one included: what one kind
-	// needs of another it finds here through a small interface (see
-	// Peer).
-	Sources []Source
+	// Services are what every kind reads of Services and their
+	// EndpointSlices, started before the kinds.
+	Services *Services
+	// LoadBalancers, when a kind reads the load balancers in front of
+	// Services, is that kind; nil otherwise.
+	LoadBalancers LoadBalancers
 }
 
 // Source observes the routes of one kind for terminating pods: what every
@@ -226,70 +235,49 @@ type LearnedTails interface {
 	Tail(key string, configured time.Duration) (tail time.Duration, why string)
 }
 
-// ServiceLister is what a source that follows Services and their
-// endpoints (endpointslice) offers other kinds: which Services list a pod,
-// and how, and which would select a pod being created.
-type ServiceLister interface {
-	// ServiceEndpoints returns the pod's endpoint in each Service of its
-	// namespace whose slices list it, by the Service's name.
-	ServiceEndpoints(ctx context.Context, pod *corev1.Pod) (map[string]Endpoint, error)
-	// Selects says, from the cache, whether the Service namespace/name
-	// selects pods with these labels; found is false when the cache has
-	// no such Service (yet).
-	Selects(ctx context.Context, namespace, name string, podLabels map[string]string) (selects, found bool, err error)
-}
-
-// ServiceClaimer is what a kind that owns the routes of some Services
-// (targetgroup: the Services TargetGroupBindings name) offers the kinds
-// that would otherwise take every Service of a type (external).
-type ServiceClaimer interface {
-	// ClaimsService says whether the kind routes the Service namespace/name
-	// itself; an error when its cache cannot tell yet.
+// LoadBalancers is what a kind that reads the load balancers in front of
+// Services (targetgroup: TargetGroupBindings and their groups' settings)
+// tells the other kinds. The server finds it among the sources and hands
+// it to every kind (Host.LoadBalancers).
+type LoadBalancers interface {
+	// ClaimsService says whether the kind routes the Service
+	// namespace/name itself (its routes are not external); an error when
+	// its cache cannot tell yet.
 	ClaimsService(ctx context.Context, namespace, name string) (bool, error)
-}
-
-// NodeDrainer is what a kind that reads a load balancer's settings
-// (targetgroup: an instance target group's health checks) offers the kind
-// that follows EndpointSlices: how long the load balancer may still send
-// through a node whose last ready endpoint of a Service with an external
-// traffic policy of Local went (its health checks of the node take it
-// out, then its data plane stops sending).
-type NodeDrainer interface {
-	// NodeDrain is the longest drain of the load balancers in front of
-	// the Service namespace/name that the kind can read, and a phrase
-	// naming it for the route's detail. complete is false when one of
-	// them is not read yet, or none is known: the caller then keeps its
-	// own default as a floor.
+	// NodeDrain is the longest time the load balancers in front of the
+	// Service namespace/name may still send through a node whose last
+	// ready endpoint of it went under an external traffic policy of Local
+	// (their health checks take the node out, then their data plane stops
+	// sending), and a phrase naming it for the route's detail. complete
+	// is false when one of them is not read yet, or none is known: the
+	// caller then keeps its own default as a floor.
 	NodeDrain(ctx context.Context, namespace, name string) (d time.Duration, why string, complete bool)
-}
-
-// InstanceTargeter is what a kind that reads TargetGroupBindings offers
-// the kind that follows EndpointSlices: the instance target groups that
-// send to the node ports of the Service namespace/name. Their load
-// balancers never take a pod out; the keep-alive connections kube-proxy
-// forwarded to it stay with it until the app closes them.
-type InstanceTargeter interface {
+	// InstanceGroups are the instance target groups that send to the node
+	// ports of the Service namespace/name. Their load balancers never take
+	// a pod out; the keep-alive connections kube-proxy forwarded to it stay
+	// with it until the app closes them.
 	InstanceGroups(ctx context.Context, namespace, name string) []string
 }
 
-// LeftLister is what the kind that follows EndpointSlices offers kinds
-// whose routes outlast a pod's endpoint (external): which Services the
-// pod's endpoint left, and when.
-type LeftLister interface {
-	// KeepLeft asks that what endpoints left be kept at least d.
-	KeepLeft(d time.Duration)
-	// LeftSince returns, by Service name, when the pod's endpoint left
-	// each Service of its namespace it left within what is kept.
-	LeftSince(pod *corev1.Pod) map[string]time.Time
-}
-
-// Endpoint is a pod's endpoint in one Service: the most "in" one where
-// several slices list the pod (dual stack).
-type Endpoint struct {
-	Ready, Serving, Terminating bool
-	// Zone is the endpoint's zone (its node's topology.kubernetes.io/zone,
-	// which the EndpointSlice controller copies); "" when not set.
-	Zone string
+// AdmissionWait is how much longer than the configured max-wait a pod
+// being created may need on its routes: the longest any source asks for
+// (an NLB's tail beyond the ALB one), with why, naming the route. A kind
+// that cannot tell answers its longest tail's and an error: the errors
+// are returned beside the longest, which the webhook applies, and says so.
+func AdmissionWait(ctx context.Context, sources []Source, pod *corev1.Pod) (time.Duration, string, error) {
+	var longest time.Duration
+	var why string
+	var errs []error
+	for _, src := range sources {
+		extra, w, err := src.AdmissionWait(ctx, pod)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s routes: %w", src.Kind(), err))
+		}
+		if extra > longest {
+			longest, why = extra, w
+		}
+	}
+	return longest, why, errors.Join(errs...)
 }
 
 // Covered is the tail the agent's default max-wait is sized for (an
@@ -314,18 +302,6 @@ func AnnotatedTail(svc *corev1.Service, key string, def time.Duration) (d time.D
 		return def, fmt.Sprintf(" (the Service's %s %q is not a duration such as 30s: the default applies)", key, v)
 	}
 	return d, " (the Service's " + key + ")"
-}
-
-// Peer returns the first of sources that implements T (a small interface
-// of this package), and whether there is one.
-func Peer[T any](sources []Source) (T, bool) {
-	for _, s := range sources {
-		if t, ok := s.(T); ok {
-			return t, true
-		}
-	}
-	var zero T
-	return zero, false
 }
 
 // PodKey names one pod incarnation.

@@ -15,11 +15,11 @@ import (
 // cluster the pod cache is most of the server's memory.
 
 // transform returns the cache's one transform: it picks by the object's
-// type (pods, namespaces, then each source's own) and leaves any other
-// object as it is. One transform for every type, because a ByObject entry
-// for a CRD's type would make the cache look up its REST mapping, and fail,
-// while the CRD is not installed.
-func transform(sources []route.Source) func(any) (any, error) {
+// type (pods, namespaces, Services and slices, then each source's own) and
+// leaves any other object as it is. One transform for every type, because
+// a ByObject entry for a CRD's type would make the cache look up its REST
+// mapping, and fail, while the CRD is not installed.
+func transform(services *route.Services, sources []route.Source) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
@@ -46,6 +46,9 @@ func transform(sources []route.Source) func(any) (any, error) {
 			return out, nil
 		}
 		if out, ok := webhook.Transform(obj); ok {
+			return out, nil
+		}
+		if out, ok := services.Transform(obj); ok {
 			return out, nil
 		}
 		for _, src := range sources {

@@ -32,7 +32,7 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 		}
 		sources = append(sources, src)
 	}
-	tr := transform(sources)
+	tr := transform(route.NewServices(), sources)
 	now := metav1.Now()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1", DeletionTimestamp: &now,
@@ -74,12 +74,12 @@ func TestTransformKeepsWhatTheGateReads(t *testing.T) {
 
 	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-x", Namespace: "ns", Labels: map[string]string{"other": "y"}}}
 	if o, _ = tr(sl); o.(*discoveryv1.EndpointSlice).Labels != nil {
-		t.Errorf("a slice did not go through its source's transform: %+v", o)
+		t.Errorf("a slice did not go through the Services' transform: %+v", o)
 	}
 	local := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, Selector: map[string]string{"app": "web"}}}
 	if s := must(tr(local)).(*corev1.Service); s.Labels != nil || s.Spec.Selector["app"] != "web" || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		t.Errorf("a Service did not go through the EndpointSlice source's transform, keeping its type, policy and selector (admission sizing): %+v", s)
+		t.Errorf("a Service did not go through the Services' transform, keeping its type, policy and selector (admission sizing): %+v", s)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}
 	if o, _ = tr(cm); o != any(cm) {

@@ -49,7 +49,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // a histogram by its family name (its series add _bucket, _sum and
 // _count). Nothing is opened or started. Alerts and dashboards may query
 // these (the chart's tests check its own against them).
-func MetricNames() []string {
+func MetricNames() []string { return metricNames(Kinds()) }
+
+// metricNames is MetricNames with the kinds of route given.
+func metricNames(kinds []route.Kind) []string {
 	var cs collected
 	newMetrics(&cs)
 	ch := make(chan *prometheus.Desc)
@@ -62,7 +65,7 @@ func MetricNames() []string {
 		learn.Describe(ch)
 		ledger.Describe(ch)
 		webhook.Describe(ch)
-		for _, k := range Kinds() {
+		for _, k := range kinds {
 			if d, ok := k.(route.Describer); ok {
 				d.Describe(ch)
 			}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/route/routetest"
 	"draingate.dev/draingate/internal/version"
 )
 
@@ -50,6 +52,8 @@ func TestMetricNames(t *testing.T) {
 		"draingate_wait_seconds", "draingate_waits_total", "draingate_terminating_pods", "draingate_build_info",
 		"draingate_webhook_not_injected_total", "draingate_webhook_certificate_ready",
 		"draingate_ledger_writes_total", "draingate_elbv2_calls_total", "draingate_lb_senders_known",
+		"draingate_webhook_not_sized_total", "draingate_route_closes_total", "draingate_traffic_saved_seconds_total",
+		"draingate_learned_propagation_seconds", "draingate_learned_lag_samples",
 		"go_goroutines", "process_start_time_seconds",
 	} {
 		if !slices.Contains(names, want) {
@@ -64,5 +68,21 @@ func TestMetricNames(t *testing.T) {
 		if strings.HasPrefix(n, "draingate_") && !strings.Contains(string(ref), "`"+n) {
 			t.Errorf("docs/reference.md does not list %s", n)
 		}
+	}
+}
+
+// describing is a kind of route with a metric of its own.
+type describing struct{ routetest.Config }
+
+func (describing) Describe(ch chan<- *prometheus.Desc) {
+	ch <- prometheus.NewDesc("draingate_toy_routes_seen_total", "Toy routes seen.", nil, nil)
+}
+
+// A kind's own metrics are named with the rest when it describes them; a
+// kind that registers none is simply not asked.
+func TestMetricNamesAskTheKinds(t *testing.T) {
+	names := metricNames([]route.Kind{routetest.NewKind(), &describing{}})
+	if !slices.Contains(names, "draingate_toy_routes_seen_total") || !slices.Contains(names, "draingate_terminating_pods") {
+		t.Errorf("names %q: want the kind's own beside the server's", names)
 	}
 }

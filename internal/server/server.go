@@ -125,17 +125,18 @@ func (o Options) withDefaults() Options {
 
 // Server is a running gate server; see Run.
 type Server struct {
-	o       Options
-	log     *slog.Logger
-	kube    kubernetes.Interface
-	cache   cache.Cache
-	events  record.EventBroadcaster
-	metrics *metrics
-	sources []route.Source
-	tracker *drain.Tracker
-	auth    *agentauth.Authorizer
-	ledger  *ledger.Ledger[drain.Record] // nil without Options.Namespace
-	timings *learn.Timings               // nil without Options.LearnTails nor LearnLag
+	o        Options
+	log      *slog.Logger
+	kube     kubernetes.Interface
+	cache    cache.Cache
+	events   record.EventBroadcaster
+	metrics  *metrics
+	sources  []route.Source
+	services *route.Services
+	tracker  *drain.Tracker
+	auth     *agentauth.Authorizer
+	ledger   *ledger.Ledger[drain.Record] // nil without Options.Namespace
+	timings  *learn.Timings               // nil without Options.LearnTails nor LearnLag
 }
 
 // New prepares a server: its route sources, cache, clients, metrics and
@@ -149,7 +150,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, kube: cs, metrics: newMetrics(o.Registry)}
+	s := &Server{o: o, log: o.Log, kube: cs, metrics: newMetrics(o.Registry), services: route.NewServices()}
 	env := route.Env{Kube: cs, Registry: o.Registry, Log: o.Log, WeighTraffic: !o.IgnoreTraffic}
 	if o.LearnTails || o.LearnLag {
 		s.timings = learn.New(learn.Options{Tails: o.LearnTails, Shorten: o.ShortenTails, Lags: o.LearnLag, Ceiling: o.LagCeiling,
@@ -171,7 +172,7 @@ func New(o Options) (*Server, error) {
 		// Reads of a type without an informer fail instead of starting one
 		// behind the server's back (the TargetGroupBinding CRD may be absent).
 		ReaderFailOnMissingInformer: true,
-		DefaultTransform:            transform(s.sources),
+		DefaultTransform:            transform(s.services, s.sources),
 	})
 	if err != nil {
 		s.closeRoutes()
@@ -305,7 +306,15 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.timings != nil {
 		s.timings.Start(ctx, s.sources)
 	}
-	host := route.Host{Cache: s.cache, Changed: s.routesChanged, Sources: s.sources}
+	if err := s.services.Start(ctx, s.cache, s.routesChanged); err != nil {
+		return fmt.Errorf("server: Services: %w", err)
+	}
+	host := route.Host{Cache: s.cache, Changed: s.routesChanged, Services: s.services}
+	for _, src := range s.sources {
+		if lb, ok := src.(route.LoadBalancers); ok {
+			host.LoadBalancers = lb
+		}
+	}
 	for _, src := range s.sources {
 		if err := src.Start(ctx, host); err != nil {
 			return fmt.Errorf("server: %s routes: %w", src.Kind(), err)
@@ -382,7 +391,9 @@ func (s *Server) serve(ctx context.Context, errc chan error) (*httpServers, erro
 		s.log.Info("serving the wait API", "addr", s.o.Listener.Addr().String())
 	}
 	if w := s.o.Webhook; w != nil {
-		env := webhook.Env{Kube: s.kube, Cache: s.cache, Events: s.events, Registry: s.o.Registry, Log: s.log, ExtraWait: s.admissionWait}
+		env := webhook.Env{Kube: s.kube, Cache: s.cache, Events: s.events, Registry: s.o.Registry, Log: s.log, ExtraWait: func(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
+			return route.AdmissionWait(ctx, s.sources, pod)
+		}}
 		if s.timings != nil && s.o.LearnLag {
 			env.Need = s.timings.AdmissionNeed
 		}
@@ -426,28 +437,6 @@ func (s *Server) shutdown() {
 
 // janitorEvery is how often the tracker sweeps its pods (Tracker.Janitor).
 const janitorEvery = 5 * time.Second
-
-// admissionWait is how much longer than the configured max-wait a new
-// pod's routes may need: the longest any kind of route asks for (an NLB's
-// tail beyond the ALB one), with why, naming the route. The kinds read
-// their caches only. A kind that cannot tell answers its longest tail's
-// and an error: the error is returned beside the longest, which the
-// webhook applies, and says so.
-func (s *Server) admissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
-	var longest time.Duration
-	var why string
-	var errs []error
-	for _, src := range s.sources {
-		extra, w, err := src.AdmissionWait(ctx, pod)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s routes: %w", src.Kind(), err))
-		}
-		if extra > longest {
-			longest, why = extra, w
-		}
-	}
-	return longest, why, errors.Join(errs...)
-}
 
 // podIPField indexes the cached pods by their addresses, so that the
 // evidence tells an in-cluster client from a load balancer's node.

@@ -32,6 +32,7 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/drain"
 	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/sim/elbv2sim"
 	"draingate.dev/draingate/internal/sim/lbc"
 	"draingate.dev/draingate/internal/testenv"
@@ -760,12 +761,12 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 	waitFor(t, ctx, "the group's type read from its binding", func() bool {
 		return counter(t, r.reg, "draingate_elbv2_calls_total", map[string]string{"action": "DescribeTargetGroups", "result": "ok"}) >= 1
 	})
-	if extra, why, err := r.srv.admissionWait(ctx, newPod); err != nil || extra != 0 {
+	if extra, why, err := route.AdmissionWait(ctx, r.srv.sources, newPod); err != nil || extra != 0 {
 		t.Errorf("an ALB's pod: extra %s (%q, %v), want none", extra, why, err)
 	}
 	other := newPod.DeepCopy()
 	other.Labels = map[string]string{"app": "other"}
-	if extra, _, err := r.srv.admissionWait(ctx, other); err != nil || extra != 0 {
+	if extra, _, err := route.AdmissionWait(ctx, r.srv.sources, other); err != nil || extra != 0 {
 		t.Errorf("unselected pod: extra %s (%v), want none", extra, err)
 	}
 
@@ -779,7 +780,7 @@ func TestExtraWaitFollowsTheLoadBalancerType(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the NLB tail for a group of unknown type", func() bool {
-		extra, why, err := r.srv.admissionWait(ctx, newPod)
+		extra, why, err := route.AdmissionWait(ctx, r.srv.sources, newPod)
 		return err == nil && extra == nlbTail-albTail && strings.Contains(why, ghost)
 	})
 }
@@ -987,7 +988,7 @@ func TestLocalPolicyNodeDrainFromTargetGroup(t *testing.T) {
 	}
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "web-", Labels: map[string]string{"app": "web"}}}
 	waitFor(t, ctx, "admission adding the group's drain beyond the ALB tail", func() bool {
-		extra, why, err := r.srv.admissionWait(ctx, newPod)
+		extra, why, err := route.AdmissionWait(ctx, r.srv.sources, newPod)
 		return err == nil && extra == want-20*time.Second && strings.Contains(why, "lb-selected") && strings.Contains(why, "health checks")
 	})
 }

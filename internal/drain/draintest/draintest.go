@@ -159,6 +159,13 @@ func (s *Source) LastWaiting() bool {
 	return s.waiting[len(s.waiting)-1]
 }
 
+// Observed counts the observations made.
+func (s *Source) Observed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
 // LastKnown is the known routes the last observation was given.
 func (s *Source) LastKnown() []string {
 	s.mu.Lock()
@@ -184,11 +191,14 @@ type Rig struct {
 }
 
 // NewRig returns a synced tracker over one scripted route "a", in, whose
-// options o may set (its Sources and Get are the rig's); the consumers are
-// o's.
+// options o may set (its Get is the rig's, its Sources the rig's Src when
+// o has none); the consumers are o's.
 func NewRig(o drain.Options) *Rig {
 	r := &Rig{Src: NewSource(map[string]bool{"a": false}), cached: map[string]*corev1.Pod{}}
-	o.Sources, o.Get = []route.Source{r.Src}, r.get
+	if o.Sources == nil {
+		o.Sources = []route.Source{r.Src}
+	}
+	o.Get = r.get
 	if o.Linger == 0 {
 		o.Linger = time.Minute
 	}

@@ -1,25 +1,25 @@
 package endpointslice
 
 import (
-	"slices"
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
+
+	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/route/routetest"
 )
 
 func TestJudge(t *testing.T) {
-	ready := Endpoint{Ready: true, Serving: true}
-	servingTerm := Endpoint{Serving: true, Terminating: true}
-	term := Endpoint{Terminating: true}
+	ready := route.Endpoint{Ready: true, Serving: true}
+	servingTerm := route.Endpoint{Serving: true, Terminating: true}
+	term := route.Endpoint{Terminating: true}
 	for _, c := range []struct {
 		name              string
-		e                 Endpoint
+		e                 route.Endpoint
 		present, fallback bool
 		state             string
 		out               bool
@@ -27,8 +27,8 @@ func TestJudge(t *testing.T) {
 		{"ready", ready, true, false, StateReady, false},
 		{"terminating", servingTerm, true, false, StateTerminating, true},
 		{"terminating, not serving", term, true, false, StateTerminating, true},
-		{"not ready", Endpoint{}, true, false, StateNotReady, true},
-		{"gone", Endpoint{}, false, false, StateGone, true},
+		{"not ready", route.Endpoint{}, true, false, StateNotReady, true},
+		{"gone", route.Endpoint{}, false, false, StateGone, true},
 		{"serving terminating fallback", servingTerm, true, true, StateTerminatingServing, false},
 		{"fallback needs serving", term, true, true, StateTerminating, true},
 	} {
@@ -36,58 +36,6 @@ func TestJudge(t *testing.T) {
 		if o.State != c.state || o.Out != c.out || o.Kind != Kind || !o.Synced || o.NotRoute || o.What == "" || o.TailName != "EndpointSlice" {
 			t.Errorf("%s: %+v, want state %q out %v", c.name, o, c.state, c.out)
 		}
-	}
-}
-
-func TestEndpointOfAndRank(t *testing.T) {
-	ready := endpointOf(discoveryv1.Endpoint{})
-	servingTerm := endpointOf(discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}})
-	gone := endpointOf(discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}})
-	if !ready.Ready || !ready.Serving || ready.Terminating {
-		t.Errorf("nil conditions: %+v, want ready and serving", ready)
-	}
-	if !(ready.rank() > servingTerm.rank() && servingTerm.rank() > gone.rank()) {
-		t.Errorf("ranks ready %d, serving-terminating %d, terminating %d: want decreasing", ready.rank(), servingTerm.rank(), gone.rank())
-	}
-}
-
-func TestIsPod(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}}
-	for _, c := range []struct {
-		name string
-		e    discoveryv1.Endpoint
-		want bool
-	}{
-		{"same uid", discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1"}}, true},
-		{"ip reused by a newer pod", discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-2", UID: "u2"}}, false},
-		{"no target ref", discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}, true},
-		{"other address", discoveryv1.Endpoint{Addresses: []string{"10.0.0.2"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1"}}, false},
-	} {
-		if got := isPod(c.e, "10.0.0.1", pod); got != c.want {
-			t.Errorf("%s: isPod = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
-func TestTransformKeepsWhatTheGateReads(t *testing.T) {
-	sl := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "a-x", Namespace: "ns", Labels: map[string]string{serviceNameLabel: "a", "other": "y"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Terminating: ptr.To(true)},
-			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web", UID: "u1", ResourceVersion: "9"}, NodeName: ptr.To("n")}},
-		Ports: []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
-	}
-	o, ok := New(0, 0).Transform(sl)
-	s := o.(*discoveryv1.EndpointSlice)
-	if !ok || s.Labels[serviceNameLabel] != "a" || len(s.Labels) != 1 || s.Ports != nil || ptr.Deref(s.Endpoints[0].NodeName, "") != "n" {
-		t.Errorf("slice transform: %+v", s)
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}}
-	if !isPod(s.Endpoints[0], "10.0.0.1", pod) || !endpointOf(s.Endpoints[0]).Terminating || routeName(s) != "ns/a" {
-		t.Errorf("slice transform lost the endpoint's pod, conditions or Service: %+v", s)
-	}
-	if _, ok := New(0, 0).Transform(pod); ok {
-		t.Errorf("the slice source claimed a pod")
 	}
 }
 
@@ -107,69 +55,6 @@ func TestFallback(t *testing.T) {
 		if got := Fallback(c.cluster, c.node, c.local); got != c.want {
 			t.Errorf("Fallback(ready in cluster %t, on node %t, local %t) = %t, want %t", c.cluster, c.node, c.local, got, c.want)
 		}
-	}
-}
-
-func TestTransformKeepsServicePolicies(t *testing.T) {
-	itp := corev1.ServiceInternalTrafficPolicyLocal
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", Annotations: map[string]string{"x": "y"}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
-			InternalTrafficPolicy: &itp, Ports: []corev1.ServicePort{{Port: 80}}}}
-	o, ok := New(0, 0).Transform(svc)
-	s := o.(*corev1.Service)
-	if !ok || s.Name != "a" || s.Namespace != "ns" || s.Annotations != nil || s.Spec.Ports != nil ||
-		s.Spec.Type != corev1.ServiceTypeNodePort || s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || *s.Spec.InternalTrafficPolicy != itp {
-		t.Errorf("service transform: %+v", s)
-	}
-	// The Local-policy tail's annotation is kept, and only it.
-	svc.Annotations[LocalTailAnnotation] = "15s"
-	o, _ = New(0, 0).Transform(svc)
-	if a := o.(*corev1.Service).Annotations; len(a) != 1 || a[LocalTailAnnotation] != "15s" {
-		t.Errorf("service transform kept annotations %v, want only %s", a, LocalTailAnnotation)
-	}
-}
-
-// An endpoint that leaves a slice (its pod taken off the Service) is
-// remembered a tail long, by its pod's UID, else by its address; one that
-// only moves between slices of the Service is not gone, and a deleted slice
-// counts as every endpoint leaving.
-func TestLeftRecently(t *testing.T) {
-	now := time.Unix(1000, 0)
-	s := New(5*time.Second, 0)
-	s.now = func() time.Time { return now }
-	ep := func(ip, uid string) discoveryv1.Endpoint {
-		e := discoveryv1.Endpoint{Addresses: []string{ip}}
-		if uid != "" {
-			e.TargetRef = &corev1.ObjectReference{Kind: "Pod", UID: types.UID(uid)}
-		}
-		return e
-	}
-	slice := func(svc string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: svc + "-x",
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc}}, Endpoints: eps}
-	}
-	pod := func(ip, uid string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: types.UID(uid)},
-			Status: corev1.PodStatus{PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
-	}
-	s.noteLeft(slice("blue", ep("10.0.0.1", "u1"), ep("10.0.0.2", "")), slice("blue", ep("10.0.0.2", "")))
-	s.noteLeft(slice("green", ep("10.0.0.2", "")), nil)
-	if got := s.leftRecently(pod("10.0.0.1", "u1")); !slices.Equal(got, []string{"shop/blue"}) {
-		t.Errorf("the pod taken off blue: %q", got)
-	}
-	if got := s.leftRecently(pod("10.0.0.1", "u9")); len(got) != 0 {
-		t.Errorf("a newer pod with the address: %q; want nothing (remembered by the old pod's UID)", got)
-	}
-	if got := s.leftRecently(pod("10.0.0.2", "u2")); !slices.Equal(got, []string{"shop/green"}) {
-		t.Errorf("the endpoint without a pod, its slice deleted: %q; want green only (it stayed in blue)", got)
-	}
-	now = now.Add(5 * time.Second)
-	if got := s.leftRecently(pod("10.0.0.1", "u1")); len(got) != 0 {
-		t.Errorf("a tail later: %q; want forgotten", got)
-	}
-	s.noteLeft(slice("blue"), slice("blue"))
-	if len(s.left) != 0 {
-		t.Errorf("memory after the tail: %v; want pruned", s.left)
 	}
 }
 
@@ -224,7 +109,7 @@ func TestNodeOnly(t *testing.T) {
 		{"annotation not a duration, group read", svc(corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal, "soon"), short, short.D, "ALB tail"},
 		{"internal Local, group read", internal, long, tail, "EndpointSlice"},
 	} {
-		o := Judge(Endpoint{Service: "web", Terminating: true, Serving: true}, true, false)
+		o := Judge(route.Endpoint{Service: "web", Terminating: true, Serving: true}, true, false)
 		o.Name, o.Tail = "shop/web", tail
 		o = NodeOnly(o, c.svc, tail, local, c.lb)
 		if !o.Out || !o.WeighTraffic || o.State != StateTerminatingServing || o.Tail != c.tail || !strings.Contains(o.TailName, c.tailName) {
@@ -234,5 +119,28 @@ func TestNodeOnly(t *testing.T) {
 		if o.Senders.Known || o.Senders.SeenAreAll || o.Senders.Why == "" {
 			t.Errorf("%s: senders %+v; want not listed, saying why (the evidence may only lengthen)", c.name, o.Senders)
 		}
+	}
+}
+
+// The drain of the load balancers in front of a Service under an external
+// Local policy comes from the kind that reads them; a Service without one
+// asks nothing.
+func TestLBDrainAsksTheLoadBalancers(t *testing.T) {
+	lbs := &routetest.LoadBalancers{Drains: map[string]time.Duration{"shop/web": 30 * time.Second}, Complete: true}
+	s := New(DefaultTail, DefaultLocalTail)
+	s.lbs = lbs
+	local := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal}}
+	if lb := s.lbDrain(context.Background(), local); lb.D != 30*time.Second || !lb.Complete || !strings.Contains(lb.Why, "test") {
+		t.Errorf("Local: %+v, want the load balancers' 30s, complete", lb)
+	}
+	cluster := local.DeepCopy()
+	cluster.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	if lb := s.lbDrain(context.Background(), cluster); lb != (LBDrain{}) {
+		t.Errorf("Cluster policy: %+v, want nothing asked", lb)
+	}
+	s.lbs = nil
+	if lb := s.lbDrain(context.Background(), local); lb != (LBDrain{}) {
+		t.Errorf("no kind reads load balancers: %+v, want nothing", lb)
 	}
 }

@@ -27,9 +27,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"draingate.dev/draingate/internal/evidence"
 	"draingate.dev/draingate/internal/gate"
@@ -70,10 +67,8 @@ type Source struct {
 	tail   time.Duration
 	forced bool // --external-routes=true: on beside a kind that claims Services
 
-	cache    cache.Cache
-	services route.ServiceLister
-	claimer  route.ServiceClaimer // nil: no kind claims Services
-	left     route.LeftLister     // nil: endpoints that left are not known
+	services *route.Services
+	claimer  route.LoadBalancers // nil: no kind claims Services
 	active   atomic.Bool
 
 	// tails is the tail each route (namespace/service) was last read
@@ -91,28 +86,14 @@ func New(tail time.Duration, forced bool) *Source {
 // Kind implements route.Source.
 func (s *Source) Kind() string { return Kind }
 
-// Transform implements route.Source: the kind caches nothing of its own;
-// it reads the Services the EndpointSlice kind keeps (with their
-// draingate.dev annotations and load balancer class).
-func (s *Source) Transform(obj any) (any, bool) { return obj, false }
-
-// Start implements route.Source: it finds the Services' source, and
-// whether another kind claims Services.
+// Start implements route.Source: the kind caches nothing of its own; it
+// reads the Services (with their draingate.dev annotations), and whether
+// another kind claims Services.
 func (s *Source) Start(_ context.Context, h route.Host) error {
-	lister, ok := route.Peer[route.ServiceLister](h.Sources)
-	if !ok {
-		return errors.New("external routes need the EndpointSlice kind, which lists a pod's Services")
-	}
-	s.cache, s.services = h.Cache, lister
-	if c, ok := route.Peer[route.ServiceClaimer](h.Sources); ok {
-		s.claimer = c
-	}
-	if l, ok := route.Peer[route.LeftLister](h.Sources); ok {
-		// A pod taken off a LoadBalancer Service (a blue/green switch) and
-		// deleted soon after is still that load balancer's for its tail.
-		s.left = l
-		l.KeepLeft(max(2*s.tail, leftMemory))
-	}
+	s.services, s.claimer = h.Services, h.LoadBalancers
+	// A pod taken off a LoadBalancer Service (a blue/green switch) and
+	// deleted soon after is still that load balancer's for its tail.
+	s.services.KeepLeft(max(2*s.tail, leftMemory))
 	s.active.Store(s.forced || s.claimer == nil)
 	return nil
 }
@@ -121,12 +102,12 @@ func (s *Source) Start(_ context.Context, h route.Host) error {
 // (in another replica, say) are observed either way.
 func (s *Source) Active() bool { return s.active.Load() }
 
-// Ready implements route.Source: the Services' source says its own.
+// Ready implements route.Source: the Services say their own.
 func (s *Source) Ready() error {
 	if s.services == nil {
 		return errors.New("external routes have not started")
 	}
-	return nil
+	return s.services.Ready()
 }
 
 // Routed says whether svc is a route of this kind: a Service of type
@@ -161,20 +142,19 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 	}
 	if s.active.Load() {
 		for name := range eps {
-			if Routed(s.service(ctx, pod.Namespace, name), s.claimed(ctx, pod.Namespace, name)) {
+			if Routed(s.services.Service(ctx, pod.Namespace, name), s.claimed(ctx, pod.Namespace, name)) {
 				names[pod.Namespace+"/"+name] = true
 			}
 		}
-		if s.left != nil {
-			now := time.Now()
-			for name, at := range s.left.LeftSince(pod) {
-				svc := s.service(ctx, pod.Namespace, name)
-				if _, listed := eps[name]; listed || !Routed(svc, s.claimed(ctx, pod.Namespace, name)) {
-					continue
-				}
-				if tail := s.rememberTail(pod.Namespace+"/"+name, svc); now.Sub(at) < tail {
-					names[pod.Namespace+"/"+name] = true
-				}
+		now := time.Now()
+		for routeName, at := range s.services.Left(pod) {
+			_, name, _ := strings.Cut(routeName, "/")
+			svc := s.services.Service(ctx, pod.Namespace, name)
+			if _, listed := eps[name]; listed || !Routed(svc, s.claimed(ctx, pod.Namespace, name)) {
+				continue
+			}
+			if tail := s.rememberTail(routeName, svc); now.Sub(at) < tail {
+				names[routeName] = true
 			}
 		}
 	}
@@ -182,7 +162,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		_, svcName, _ := strings.Cut(name, "/")
 		e, present := eps[svcName]
-		svc := s.service(ctx, pod.Namespace, svcName)
+		svc := s.services.Service(ctx, pod.Namespace, svcName)
 		o := Judge(e, present, svc, s.tail)
 		o.Name = name
 		if t := s.rememberTail(name, svc); t > o.Tail {
@@ -237,42 +217,23 @@ func Tail(svc *corev1.Service, def time.Duration) (d time.Duration, why string) 
 	return route.AnnotatedTail(svc, TailAnnotation, def)
 }
 
-// service reads the Service from the cache; nil when it is not there.
-func (s *Source) service(ctx context.Context, ns, name string) *corev1.Service {
-	var svc corev1.Service
-	if err := s.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	return &svc
-}
-
-// Forget implements route.Source: nothing is kept per pod.
-func (s *Source) Forget(route.PodKey) {}
-
-// Drop implements route.Source, as Forget.
-func (s *Source) Drop(route.PodKey) {}
-
-// Close implements route.Source.
-func (s *Source) Close() {}
-
 // AdmissionWait implements route.Source: the longest tail beyond what the
 // default max-wait covers (an ALB's 20 s) of the LoadBalancer Services
 // that select the pod and no other kind claims. A cache error answers the
 // default tail's extra and says why.
 func (s *Source) AdmissionWait(ctx context.Context, pod *corev1.Pod) (time.Duration, string, error) {
-	if !s.active.Load() || s.cache == nil {
+	if !s.active.Load() || s.services == nil {
 		return 0, "", nil
 	}
-	var list corev1.ServiceList
-	if err := s.cache.List(ctx, &list, client.InNamespace(pod.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return max(s.tail-covered, 0), fmt.Sprintf("the external tail (%s)", s.tail), fmt.Errorf("list Services from the cache: %w", err)
+	list, err := s.services.List(ctx, pod.Namespace)
+	if err != nil {
+		return max(s.tail-covered, 0), fmt.Sprintf("the external tail (%s)", s.tail), err
 	}
 	var longest time.Duration
 	var why string
-	for i := range list.Items {
-		svc := &list.Items[i]
-		sel := svc.Spec.Selector
-		if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(pod.Labels)) || !Routed(svc, s.claimed(ctx, svc.Namespace, svc.Name)) {
+	for i := range list {
+		svc := &list[i]
+		if !route.SelectsLabels(svc, pod.Labels) || !Routed(svc, s.claimed(ctx, svc.Namespace, svc.Name)) {
 			continue
 		}
 		if t, w := Tail(svc, s.tail); t > longest {

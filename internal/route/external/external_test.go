@@ -1,6 +1,8 @@
 package external
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/route/routetest"
 )
 
 func lbService(annotations map[string]string) *corev1.Service {
@@ -79,5 +82,25 @@ func TestValidate(t *testing.T) {
 	k.mode = ModeOff
 	if src, err := k.Open(t.Context(), route.Env{}); src != nil || err != nil {
 		t.Errorf("Open with the kind off: %v, %v; want nil", src, err)
+	}
+}
+
+// A Service another kind claims (a TargetGroupBinding's) is not an
+// external route; one it cannot tell about yet is, which can only
+// lengthen a wait.
+func TestClaimedServices(t *testing.T) {
+	lbs := &routetest.LoadBalancers{Claimed: map[string]bool{"shop/web": true}}
+	s := New(DefaultTail, false)
+	s.claimer = lbs
+	if !s.claimed(context.Background(), "shop", "web") || s.claimed(context.Background(), "shop", "api") {
+		t.Errorf("claimed web %v, api %v; want web only", s.claimed(context.Background(), "shop", "web"), s.claimed(context.Background(), "shop", "api"))
+	}
+	lbs.ClaimErr = errors.New("the TargetGroupBinding cache has not synced yet")
+	if s.claimed(context.Background(), "shop", "web") {
+		t.Error("a claim the kind cannot tell yet counts as claimed: the route would be missed")
+	}
+	s.claimer = nil
+	if s.claimed(context.Background(), "shop", "web") {
+		t.Error("claimed with no kind that claims Services")
 	}
 }

@@ -73,7 +73,7 @@ type Source struct {
 // Kind implements route.Source.
 func (s *Source) Kind() string { return Kind }
 
-// Transform implements route.Source: a toy route keeps its identity,
+// Transform implements route.Transformer: a toy route keeps its identity,
 // labels and data.
 func (s *Source) Transform(obj any) (any, bool) {
 	cm, ok := obj.(*corev1.ConfigMap)
@@ -141,16 +141,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 	return out, nil
 }
 
-// Forget implements route.Source.
-func (s *Source) Forget(route.PodKey) {}
-
-// Drop implements route.Source.
-func (s *Source) Drop(route.PodKey) {}
-
 // AdmissionWait implements route.Source.
 func (s *Source) AdmissionWait(context.Context, *corev1.Pod) (time.Duration, string, error) {
 	return 0, "", nil
 }
-
-// Close implements route.Source.
-func (s *Source) Close() {}

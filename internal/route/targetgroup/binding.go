@@ -16,7 +16,7 @@ import (
 // starts (or never), so the source looks for it until it appears, and
 // keeps only the spec fields it reads.
 
-// Transform implements route.Source: a binding keeps its identity and the
+// Transform implements route.Transformer: a binding keeps its identity and the
 // spec fields the gate reads (targetGroupARN, targetType, serviceRef).
 func (s *Source) Transform(obj any) (any, bool) {
 	u, ok := obj.(*unstructured.Unstructured)

@@ -34,3 +34,30 @@ func TestLearnedTailLengthensOnly(t *testing.T) {
 		t.Errorf("a longer propagation learnt: tail %s, %q", tail, name)
 	}
 }
+
+// fixed is what was learnt, the same for every key.
+type fixed struct {
+	d   time.Duration
+	why string
+}
+
+func (f fixed) Tail(_ string, configured time.Duration) (time.Duration, string) {
+	if f.d > configured {
+		return f.d, f.why
+	}
+	return configured, ""
+}
+
+// A group's tail is what learning says for its load balancer's key, its
+// name saying what lengthened it; with nothing learnt (no learning) the
+// configured tail.
+func TestLearnedTailNamesWhy(t *testing.T) {
+	const arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/73e2d6bc24d8a067"
+	s := New(Options{ALBTail: 20 * time.Second, Learned: fixed{31 * time.Second, "lengthened to 31s"}})
+	if tail, name := s.learnedTail(arn, 20*time.Second, "ALB"); tail != 31*time.Second || name != "ALB (20s, lengthened to 31s)" {
+		t.Errorf("learnt 31s: %s %q", tail, name)
+	}
+	if tail, name := New(Options{}).learnedTail(arn, 20*time.Second, "ALB"); tail != 20*time.Second || name != "ALB" {
+		t.Errorf("no learning: %s %q", tail, name)
+	}
+}

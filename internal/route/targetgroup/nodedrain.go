@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// NodeDrain implements route.NodeDrainer: for a Service that `instance`
+// NodeDrain implements route.LoadBalancers: for a Service that `instance`
 // target groups route to (TargetGroupBindings of targetType instance
 // naming it), the longest time one of their load balancers may still send
 // through a node after the node's last ready endpoint went. Under an
@@ -55,7 +55,7 @@ func (s *Source) NodeDrain(ctx context.Context, namespace, name string) (d time.
 	return d, why, complete
 }
 
-// InstanceGroups implements route.InstanceTargeter: the ARNs of the instance
+// InstanceGroups implements route.LoadBalancers: the ARNs of the instance
 // TargetGroupBindings naming the Service namespace/name, sorted; none while
 // the bindings are not read (or on an error, which the caller only words
 // differently).

@@ -85,7 +85,7 @@ type Options struct {
 type Source struct {
 	cfg      Options
 	cache    cache.Cache
-	services route.ServiceLister // which Services list a pod (set by Start)
+	services *route.Services // which Services list a pod (set by Start)
 
 	known  atomic.Bool // discovery said whether the CRD exists
 	on     atomic.Bool // the CRD was found
@@ -119,16 +119,11 @@ func New(o Options) *Source {
 // Kind implements route.Source.
 func (s *Source) Kind() string { return Kind }
 
-// Start implements route.Source: it finds the source that says which
-// Services list a pod, looks for the CRD in the background until it
-// appears, then starts the bindings' informer.
+// Start implements route.Source: it looks for the CRD in the background
+// until it appears, then starts the bindings' informer.
 func (s *Source) Start(ctx context.Context, h route.Host) error {
-	services, ok := route.Peer[route.ServiceLister](h.Sources)
-	if !ok {
-		return errors.New("target-group routes need a route kind that lists Services' endpoints (endpointslice)")
-	}
 	s.mu.Lock()
-	s.cache, s.changed, s.services = h.Cache, h.Changed, services
+	s.cache, s.changed, s.services = h.Cache, h.Changed, h.Services
 	s.mu.Unlock()
 	go s.watchCRD(ctx)
 	return nil
@@ -469,8 +464,8 @@ func (s *Source) noteRoute(key route.PodKey, arn string) {
 	s.routes[key][arn] = true
 }
 
-// Forget implements route.Source: the pod's groups stop being polled for
-// it; which groups were its routes is kept.
+// Forget implements route.Forgetter: the pod's groups stop being polled
+// for it; which groups were its routes is kept.
 func (s *Source) Forget(pod route.PodKey) {
 	s.mu.Lock()
 	ws := s.waiters[pod]
@@ -481,8 +476,8 @@ func (s *Source) Forget(pod route.PodKey) {
 	}
 }
 
-// Drop implements route.Source: Forget, and which groups were the pod's
-// routes too.
+// Drop implements route.Forgetter: Forget, and which groups were the
+// pod's routes too.
 func (s *Source) Drop(pod route.PodKey) {
 	s.Forget(pod)
 	s.mu.Lock()
@@ -490,7 +485,7 @@ func (s *Source) Drop(pod route.PodKey) {
 	s.mu.Unlock()
 }
 
-// Close implements route.Source: it stops polling for every pod, then
+// Close implements route.Closer: it stops polling for every pod, then
 // stops the poller.
 func (s *Source) Close() {
 	s.mu.Lock()
@@ -684,7 +679,7 @@ func groupGone(err error) bool {
 	return err != nil && errors.As(err, &nf)
 }
 
-// ClaimsService implements route.ServiceClaimer: a Service that an `ip`
+// ClaimsService implements route.LoadBalancers: a Service that an `ip`
 // TargetGroupBinding names is this kind's route (instance bindings are
 // not: the kind does not follow node ports).
 func (s *Source) ClaimsService(ctx context.Context, namespace, name string) (bool, error) {
