@@ -1,6 +1,6 @@
 // Command draingate-cluster starts and stops the project's one-node test
 // cluster for people (make cluster-up / cluster-down); Go tests use the same
-// code through internal/testenv.
+// code through proving/testenv.
 //
 //	draingate-cluster up     start the cluster (or report the one running)
 //	draingate-cluster down   stop it and undo every host change, also after
@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/proving/testenv"
 )
 
 func main() {

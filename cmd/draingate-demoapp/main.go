@@ -1,15 +1,15 @@
 // Command draingate-demoapp is the lab's well-behaved app: an HTTP server that
-// drains properly on SIGTERM and logs when it did (see internal/lab/app).
+// drains properly on SIGTERM and logs when it did (see proving/lab/app).
 //
 //	draingate-demoapp [-addr :8080] [-latency 0] [-shutdown-timeout 30s]
 //
 // The same binary, hence the same image, is the lab's mesh-like sidecar when
-// its first argument is "proxy" (see internal/lab/sidecar):
+// its first argument is "proxy" (see proving/lab/sidecar):
 //
 //	draingate-demoapp proxy [-listen :8080] [-to 127.0.0.1:18080] [-drain 5s]
 //
 // and the lab's in-cluster client when it is "client" (see
-// internal/lab/client):
+// proving/lab/client):
 //
 //	draingate-demoapp client -url URL -rate R [-listen :9090]
 package main
@@ -21,9 +21,9 @@ import (
 	"io"
 	"os"
 
-	"draingate.dev/draingate/internal/lab/app"
-	"draingate.dev/draingate/internal/lab/client"
-	"draingate.dev/draingate/internal/lab/sidecar"
+	"draingate.dev/draingate/proving/lab/app"
+	"draingate.dev/draingate/proving/lab/client"
+	"draingate.dev/draingate/proving/lab/sidecar"
 )
 
 func main() {

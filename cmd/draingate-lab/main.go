@@ -1,6 +1,6 @@
 // Command draingate-lab reproduces the pod-termination race behind a load
 // balancer on the project's real one-node cluster and measures it per
-// strategy (see internal/lab). `make demo` runs it with the defaults.
+// strategy (see proving/lab). `make demo` runs it with the defaults.
 //
 //	draingate-lab run [--scenario NAME] [--strategies none,sleep:5s,sleep:30s,draingate]
 //	                  [--rollouts N] [--rps N] [--replicas N] [--json FILE] [--png FILE]
@@ -14,7 +14,7 @@
 //
 // scale measures the gate server's cost (memory, CPU, answer and release
 // latency, AWS calls) at each count of pods and waiting agents given (see
-// internal/scale) and writes DIR/scale.md, scale.json and memory.png.
+// proving/scale) and writes DIR/scale.md, scale.json and memory.png.
 package main
 
 import (
@@ -38,8 +38,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"draingate.dev/draingate/internal/cli"
-	"draingate.dev/draingate/internal/lab"
-	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/proving/lab"
+	"draingate.dev/draingate/proving/testenv"
 )
 
 func main() { cli.Run(command) }

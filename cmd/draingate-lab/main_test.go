@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"draingate.dev/draingate/internal/lab"
+	"draingate.dev/draingate/proving/lab"
 )
 
 func TestParseBadInput(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"draingate.dev/draingate/internal/lab"
-	"draingate.dev/draingate/internal/lab/report"
+	"draingate.dev/draingate/proving/lab"
+	"draingate.dev/draingate/proving/lab/report"
 )
 
 // matrixConfig is one scoreboard: every scenario named, each with its own

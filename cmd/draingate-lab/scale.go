@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"draingate.dev/draingate/internal/scale"
-	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/proving/scale"
+	"draingate.dev/draingate/proving/testenv"
 )
 
 // scaleConfig is the scale benchmark's command line: every count of pods

@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"draingate.dev/draingate/internal/testenv"
+	"draingate.dev/draingate/proving/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"draingate.dev/draingate/internal/drain"
-	"draingate.dev/draingate/internal/testenv"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/testenv"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 // readMarker returns when the helper process ran and with which arguments.

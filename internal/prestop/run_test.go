@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 // The tests that wait run in a synctest bubble on the in-memory network

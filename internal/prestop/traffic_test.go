@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/testutil"
 	"draingate.dev/draingate/internal/traffic"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 // Every ask carries the evidence as it is at that ask.

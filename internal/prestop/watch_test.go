@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/internal/testutil"
 	"draingate.dev/draingate/internal/traffic"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 // busy is a scripted read in which 10.0.0.1 opens a new connection to

@@ -33,10 +33,10 @@ import (
 	"draingate.dev/draingate/internal/drain"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
-	"draingate.dev/draingate/internal/sim/elbv2sim"
-	"draingate.dev/draingate/internal/sim/lbc"
-	"draingate.dev/draingate/internal/testenv"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
+	"draingate.dev/draingate/proving/sim/lbc"
+	"draingate.dev/draingate/proving/testenv"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -93,7 +93,7 @@ func newFixture(t *testing.T, ctx context.Context, beforeCRD ...func(*fixture)) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./internal/testenv/cmd/testapp"); err != nil {
+	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./proving/testenv/cmd/testapp"); err != nil {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app": "web"}
@@ -570,7 +570,7 @@ func TestAgentFallbackWithoutServer(t *testing.T) {
 	c := testenv.Get(t)
 	ns := c.Namespace(t)
 	const agentImage = "draingate.local/draingate-prestop:1"
-	for ref, pkg := range map[string]string{agentImage: "./cmd/draingate-prestop", testenv.TestAppImage: "./internal/testenv/cmd/testapp"} {
+	for ref, pkg := range map[string]string{agentImage: "./cmd/draingate-prestop", testenv.TestAppImage: "./proving/testenv/cmd/testapp"} {
 		if err := c.LoadGoImage(ctx, ref, pkg); err != nil {
 			t.Fatal(err)
 		}

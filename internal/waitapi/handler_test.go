@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"draingate.dev/draingate/api"
-	dgtestutil "draingate.dev/draingate/internal/testutil"
+	dgtestutil "draingate.dev/draingate/proving/testutil"
 )
 
 const testUID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"

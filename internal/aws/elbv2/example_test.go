@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"draingate.dev/draingate/internal/aws/elbv2"
-	"draingate.dev/draingate/internal/sim/elbv2sim"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
 )
 
 // A gate watches a target group for as long as a pod waits on it, and reads

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	elbtypes "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 
-	"draingate.dev/draingate/internal/sim/elbv2sim"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
 )
 
 // The type of a group's load balancer comes with its observations, read

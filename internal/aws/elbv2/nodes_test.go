@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/smithy-go"
 
-	"draingate.dev/draingate/internal/sim/elbv2sim"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 // nodesBench is the emulator with a group whose load balancer has nodes.

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"draingate.dev/draingate/internal/backoff"
-	"draingate.dev/draingate/internal/sim/elbv2sim"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
 )
 
 // Many waiters on one group cost one call per poll: the emulator sees

@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
-	"draingate.dev/draingate/internal/sim/elbv2sim"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 // waitLimit bounds every wait for a condition; generous because the machine

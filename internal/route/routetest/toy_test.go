@@ -18,8 +18,8 @@ import (
 	"draingate.dev/draingate/api"
 	"draingate.dev/draingate/internal/route/routetest"
 	"draingate.dev/draingate/internal/server"
-	"draingate.dev/draingate/internal/testenv"
-	"draingate.dev/draingate/internal/testutil"
+	"draingate.dev/draingate/proving/testenv"
+	"draingate.dev/draingate/proving/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -34,7 +34,7 @@ func TestToyKindHoldsAPod(t *testing.T) {
 	defer cancel()
 	c := testenv.Get(t)
 	ns := c.Namespace(t)
-	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./internal/testenv/cmd/testapp"); err != nil {
+	if err := c.LoadGoImage(ctx, testenv.TestAppImage, "./proving/testenv/cmd/testapp"); err != nil {
 		t.Fatal(err)
 	}
 	route := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "toy", Labels: map[string]string{routetest.Label: "true"}},

@@ -19,8 +19,8 @@ import (
 	"draingate.dev/draingate/internal/aws/elbv2"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/route"
-	"draingate.dev/draingate/internal/sim/elbv2sim"
-	"draingate.dev/draingate/internal/sim/lbc"
+	"draingate.dev/draingate/proving/sim/elbv2sim"
+	"draingate.dev/draingate/proving/sim/lbc"
 )
 
 // TestJudge has one case per DescribeTargetHealth state (docs/facts.md,

@@ -1,9 +1,0 @@
-package clustertest
-
-import (
-	"testing"
-
-	"draingate.dev/draingate/internal/testenv"
-)
-
-func TestMain(m *testing.M) { testenv.Main(m) }

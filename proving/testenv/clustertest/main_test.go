@@ -1,0 +1,9 @@
+package clustertest
+
+import (
+	"testing"
+
+	"draingate.dev/draingate/proving/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
