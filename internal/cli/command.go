@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"draingate.dev/draingate/internal/version"
@@ -51,4 +52,18 @@ func Dispatch(program, usage string, commands map[string]func(args []string) int
 	fmt.Fprintf(stderr, "%s: unknown command %q\n", program, args[0])
 	fmt.Fprint(stderr, usage)
 	return 2
+}
+
+// serviceAccountNamespace is where a pod's ServiceAccount says its
+// namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// PodNamespace is the namespace the command's own pod runs in; "" outside
+// a pod.
+func PodNamespace() string {
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

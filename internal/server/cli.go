@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -248,7 +248,7 @@ func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Opti
 	o := Options{
 		Kube:            kube,
 		Routes:          f.routes,
-		Namespace:       ownNamespace(f.namespace),
+		Namespace:       cmp.Or(f.namespace, cli.PodNamespace()),
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
 		IgnoreTraffic:   !f.trafficEvidence,
@@ -331,19 +331,3 @@ func kubeConfig(path string, getenv func(string) string) (*rest.Config, error) {
 	}
 	return c, nil
 }
-
-// ownNamespace is --namespace, or the namespace the server's pod runs in
-// ("" outside a pod).
-func ownNamespace(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	b, err := os.ReadFile(serviceAccountNamespace)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// serviceAccountNamespace is where the in-cluster ServiceAccount lives.
-const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

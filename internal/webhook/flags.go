@@ -1,17 +1,18 @@
 package webhook
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"draingate.dev/draingate/internal/cli"
 	"draingate.dev/draingate/internal/inject"
 	"draingate.dev/draingate/internal/inject/certs"
 	"draingate.dev/draingate/internal/version"
@@ -86,13 +87,9 @@ func (f *Flags) Options(srv Server) (*Options, error) {
 	if f.agentImage == "" {
 		return nil, errors.New("--webhook-listen needs --agent-image, the image holding /bin/draingate-prestop")
 	}
-	ns := f.namespace
+	ns := cmp.Or(f.namespace, cli.PodNamespace())
 	if ns == "" {
-		b, err := os.ReadFile(serviceAccountNamespace)
-		if err != nil {
-			return nil, errors.New("--webhook-listen needs --webhook-namespace (draingate's own namespace) when not running in a pod")
-		}
-		ns = strings.TrimSpace(string(b))
+		return nil, errors.New("--webhook-listen needs --webhook-namespace (draingate's own namespace) when not running in a pod")
 	}
 	server := f.agentServer
 	if server == "" {
@@ -130,9 +127,6 @@ func (f *Flags) Options(srv Server) (*Options, error) {
 	}
 	return &Options{Listener: ln, Certs: c, Settings: settings}, nil
 }
-
-// serviceAccountNamespace is where the in-cluster ServiceAccount lives.
-const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // installerSettings reads the installer's resources and the pull secrets
 // from the flags.
