@@ -8,11 +8,11 @@ import (
 )
 
 // Kinds returns the kinds of route the server knows, each at its defaults,
-// in the order they observe a pod. This is the one place that names them:
-// adding a kind is a folder under internal/route and one line here (see
-// package route). The EndpointSlice kind comes first: other kinds ask it
-// which Services list a pod; external comes after the kinds that claim
-// Services of their own (targetgroup).
+// in the order they observe a pod; nothing else hangs on that order (what
+// a kind needs of Services, or of the load balancers another kind reads,
+// comes through route.Host). This is the one place that names them: adding a
+// kind is a folder under internal/route and one line here (see package
+// route).
 func Kinds() []route.Kind {
 	return []route.Kind{
 		endpointslice.NewKind(),
