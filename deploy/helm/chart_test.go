@@ -40,9 +40,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"draingate.dev/draingate/build/chart"
 	"draingate.dev/draingate/internal/prestop"
 	"draingate.dev/draingate/internal/server"
+	"draingate.dev/draingate/release/chart"
 )
 
 const (
@@ -74,7 +74,7 @@ func parsedKubeVersion(t *testing.T) *common.KubeVersion {
 	return kv
 }
 
-// renderChart renders the chart as helm install would (build/chart's
+// renderChart renders the chart as helm install would (release/chart's
 // Render, strict), with the values given as YAML (like a -f file) over the
 // chart's values.yaml, and decodes what it rendered.
 func renderChart(t *testing.T, name, overrides string) (*rendered, error) {

@@ -17,7 +17,7 @@
 //
 // Strategies: "none" (no preStop hook), "sleep:DURATION" (the native preStop
 // sleep action) and "draingate": draingate installed as an operator would,
-// with its Helm chart (build/chart) at the chart's defaults, in a
+// with its Helm chart (release/chart) at the chart's defaults, in a
 // run-unique namespace of its own. The lab sets only what it must (its
 // images, the ELBv2 emulator's endpoint on the bridge address Env.HostIP,
 // region and keys) and, on a scaled run, every duration of the chart's

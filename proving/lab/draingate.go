@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"draingate.dev/draingate/build/chart"
+	"draingate.dev/draingate/release/chart"
 )
 
 // The draingate strategy's images, built offline from this module like

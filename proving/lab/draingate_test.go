@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"draingate.dev/draingate/build/chart"
 	"draingate.dev/draingate/internal/evidence"
 	et "draingate.dev/draingate/internal/evidence/evidencetest"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/proving/lab/report"
+	"draingate.dev/draingate/release/chart"
 )
 
 // The lab installs draingate as a user would: the chart's defaults, and on

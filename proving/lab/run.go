@@ -25,12 +25,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"draingate.dev/draingate/api"
-	"draingate.dev/draingate/build/chart"
 	"draingate.dev/draingate/proving/lab/report"
 	"draingate.dev/draingate/proving/lab/sidecar"
 	"draingate.dev/draingate/proving/sim/dataplane"
 	"draingate.dev/draingate/proving/sim/elbv2sim"
 	"draingate.dev/draingate/proving/sim/lbc"
+	"draingate.dev/draingate/release/chart"
 )
 
 // Options is one lab run.

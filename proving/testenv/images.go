@@ -12,7 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"draingate.dev/draingate/build/image"
+	"draingate.dev/draingate/release/image"
 )
 
 // Images the cluster itself runs, built offline from static binaries.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rhysd/actionlint"
 
-	"draingate.dev/draingate/build/chart"
+	"draingate.dev/draingate/release/chart"
 )
 
 // The GitHub workflows cannot run here: actionlint checks them (syntax,
@@ -21,7 +21,7 @@ import (
 // reads, attaches or attests is one make images or make chart writes, and
 // every action is pinned by commit (see checkPinned).
 func TestWorkflows(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := ".."
 	paths, err := filepath.Glob(filepath.Join(root, ".github", "workflows", "*.yml"))
 	if err != nil || len(paths) < 2 {
 		t.Fatalf("workflows: %v, %v; want ci.yml and release.yml", paths, err)
@@ -121,7 +121,7 @@ func TestWorkflows(t *testing.T) {
 // releaseWorkflow reads and parses .github/workflows/release.yml.
 func releaseWorkflow(t *testing.T) *actionlint.Workflow {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", ".github", "workflows", "release.yml"))
+	b, err := os.ReadFile(filepath.Join("..", ".github", "workflows", "release.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}

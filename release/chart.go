@@ -19,7 +19,7 @@ import (
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/registry"
 
-	"draingate.dev/draingate/build/chart"
+	"draingate.dev/draingate/release/chart"
 )
 
 // ChartVersion is a draingate version as a Helm chart version (SemVer

@@ -20,8 +20,8 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/registry"
 
-	"draingate.dev/draingate/build/chart"
-	"draingate.dev/draingate/build/image"
+	"draingate.dev/draingate/release/chart"
+	"draingate.dev/draingate/release/image"
 )
 
 func TestChartVersion(t *testing.T) {

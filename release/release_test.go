@@ -28,7 +28,7 @@ func TestImagesReproducible(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds four static binaries twice and runs them on the cluster")
 	}
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"draingate.dev/draingate/build/image"
+	"draingate.dev/draingate/release/image"
 )
 
 // Binaries are the images a release builds: one per command, each holding
