@@ -138,7 +138,12 @@ func (t *Tracker) Synced() {
 }
 
 // Ready says why the tracker cannot answer yet (nil once it can): the pod
-// cache has not synced, or a source cannot observe yet.
+// cache has not synced, or a source cannot observe yet. It is the wait
+// API's precondition and the server's /readyz. Not the webhook's
+// certificate: a replica that cannot serve the webhook still answers
+// agents, and an unready gate would send every agent to its fallback
+// timer; certificate trouble shows in the log and in
+// draingate_webhook_certificate_ready, and the webhook fails open.
 func (t *Tracker) Ready() error {
 	if !t.synced.Load() {
 		return errors.New("the pod cache has not synced yet")
