@@ -33,6 +33,12 @@ type Route struct {
 	// Senders is who may send the route's traffic, as far as its owner
 	// knows.
 	Senders Senders
+	// EarlyClose lets the evidence close the route before its tail's end
+	// when every source was fitted, trusted and quiet and every listed
+	// sender was seen (an opt-in: docs/evidence.md says what it cannot
+	// see). Unset, the default, the evidence only lengthens: the route
+	// closes at its tail's end, or later while a source still sends.
+	EarlyClose bool
 	// What is the owner's word, one sentence, for the detail.
 	What string
 	// Err is the owner's last read error: a route whose read failed never
@@ -93,18 +99,40 @@ type Closing struct {
 	// LastArrival is the latest arrival weighed (zero if none): should the
 	// evidence go missing, the route is held a tail after it.
 	LastArrival time.Time
-	// Stops, on a closed route, says when each source the evidence
-	// trusted stopped sending: what the load balancer's nodes taught of
-	// its propagation (internal/learn).
-	Stops []Stop
+	// Samples says, per source weighed, how late it sent after the route
+	// went out, for internal/learn to measure the load balancer's
+	// propagation with.
+	Samples []Sample
+	// Unlisted are the remote sources on the route's ports that are not
+	// on its senders' list (Senders.Known): weighed as its senders, and a
+	// sign that the list is out of date (a load balancer that scaled out).
+	Unlisted []netip.Addr
 }
 
-// Stop is when one source, fitted and trusted, stopped sending: its last
-// arrival plus its mean gap (1 / its rate), when its next arrival was due.
-type Stop struct {
+// Sample is what one source on a route's ports showed of when it stopped
+// sending to the pod (a load balancer node learning that the target went
+// out).
+type Sample struct {
 	Addr netip.Addr
-	At   time.Time
+	// Last is its latest arrival: it sent at least that late.
+	Last time.Time
+	// Stop is when it stopped at the latest, with chance 1 − SampleEpsilon
+	// of being right for a source still sending at its fitted rate: its
+	// latest arrival plus its quiet bound at SampleEpsilon. A source too
+	// sparse to fit is given the route's tail after its latest arrival (it
+	// shows nothing shorter). A sparse source's latest arrival can lie well
+	// before its stop; Stop is what accounts for that.
+	Stop time.Time
+	// Sending says it had not gone quiet when judged (a pod released at its
+	// deadline while it sent): its stop is later than anything seen.
+	Sending bool
+
+	quietEnd time.Time // when weigh takes it for quiet
 }
+
+// SampleEpsilon is the chance that a Sample's Stop is earlier than the
+// source's stop, for a source sending at its fitted rate.
+const SampleEpsilon = 0.01
 
 // Judge judges, at now, a route whose owner took the pod out. ok is false
 // when there is no evidence (a nil ev): the tail alone decides then.
@@ -122,7 +150,11 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 	tail := max(r.Tail, 0)
 	end := r.OutSince.Add(tail)
 	j := ev.weigh(r, tail)
-	c.LastArrival = j.lastArrival
+	c.LastArrival, c.Unlisted = j.lastArrival, j.unlisted
+	for _, s := range j.samples {
+		s.Sending = now.Before(s.quietEnd)
+		c.Samples = append(c.Samples, s)
+	}
 	what := fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s; the pod's traffic: %s",
 		r.What, api.Stamp(r.OutSince), r.TailName, tail, api.Stamp(end), j.describe(ev.Epsilon))
 	if r.Err == nil {
@@ -151,7 +183,7 @@ func (ev *Evidence) Judge(now time.Time, r Route) (c Closing, ok bool) {
 			"open until a successful read confirms the pod is still out", api.Stamp(j.closeAt), r.Err)
 		return c, true
 	}
-	c.Closed, c.Stops = true, j.stops
+	c.Closed = true
 	c.ClosedBy, c.Detail, c.Why = j.closed(now, end, what, r.TailName, tail)
 	return c, true
 }
@@ -186,6 +218,9 @@ func (j quietJudgement) closed(now, end time.Time, what, tailName string, tail t
 	case j.sources == 0:
 		detail = what + ": closed at the tail's end, " + nothing
 		why = fmt.Sprintf("its %s tail (%s; %s)", tailName, tail, none)
+	case !j.early:
+		detail = what + ": closed at the tail's end, every source quiet by then (the evidence only lengthens a tail)"
+		why = fmt.Sprintf("its %s tail (%s; %s quiet by then)", tailName, tail, api.CountNoun(j.sources, "source"))
 	case j.unknownBlocked:
 		detail = what + ": closed at the tail's end (as many arrivals of unknown source as attributed ones: the evidence does not shorten the tail)"
 		why = fmt.Sprintf("its %s tail (%s; too many arrivals of unknown source)", tailName, tail)
@@ -230,17 +265,22 @@ type quietJudgement struct {
 	// inCluster counts the arrivals on the ports from other pods of the
 	// cluster (ClassCluster): shown, never weighed.
 	inCluster int
-	// others counts the arrivals on the ports from remote sources that
-	// are not the route's senders (Senders.Known): shown, never weighed.
-	others int
+	// unlisted are the remote sources on the ports missing from the
+	// route's senders' list (Senders.Known), weighed as its senders;
+	// others counts their arrivals.
+	unlisted []netip.Addr
+	others   int
+	// early says the route may close before its tail's end
+	// (Route.EarlyClose).
+	early bool
+	// samples are the sources' Samples.
 	// conns says the arrivals weighed are new connections (Route.NewConns,
 	// from an agent that counted them); open counts the flows from the
 	// route's senders still established at the agent's latest look: the
 	// app's to close, shown, never weighed.
-	conns bool
-	open  int
-	// stops are the trusted sources' stops (Closing.Stops).
-	stops []Stop
+	conns   bool
+	open    int
+	samples []Sample
 	// untrusted, when set, says why the evidence may not close the route
 	// before its tail's end although every source it weighed was fitted:
 	// its senders are not known, one was not seen, or a source's shape
@@ -291,9 +331,15 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			j.inCluster += a.N
 		case s.Class != ClassRemote:
 			j.fromNode += a.N
-		case !r.Senders.sends(s.Addr):
-			j.others += a.N
 		default:
+			if !r.Senders.sends(s.Addr) {
+				// Not on the list: a node the list missed (a load
+				// balancer that scaled out since it was read), or a
+				// client calling the pod directly. Either may still
+				// send, so it is weighed like a listed node.
+				j.others += a.N
+				j.unlisted = append(j.unlisted, s.Addr)
+			}
 			weigh = append(weigh, a)
 			addrs = append(addrs, s.Addr)
 			seen[s.Addr] = true
@@ -334,9 +380,6 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 				j.minRate = f.Rate
 			}
 			j.maxRate = max(j.maxRate, f.Rate)
-			if i < len(addrs) && f.Rate > 0 {
-				j.stops = append(j.stops, Stop{Addr: addrs[i], At: last.Add(time.Duration(float64(time.Second) / f.Rate))})
-			}
 		} else if f.Unfit != "" && j.untrusted == "" {
 			j.untrusted = f.Unfit
 		}
@@ -377,13 +420,21 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 			j.lengthened = "a source's quiet bound ends after the tail's end"
 		}
 		end = later(end, se)
+		if i < len(addrs) {
+			j.samples = append(j.samples, sampleOf(addrs[i], a, last, tail, se))
+		}
 	}
 	allFitted := j.sources > 0 && j.fitted == j.sources
 	j.unknownBlocked = allFitted && j.unknown >= j.arrived
 	if allFitted && !j.unknownBlocked {
 		j.untrusted = r.Senders.untrusted(seen)
+		if j.untrusted == "" && len(j.unlisted) > 0 {
+			j.untrusted = fmt.Sprintf("%s not on the load balancer's node list sent (%s): the list is out of date",
+				api.CountNoun(len(j.unlisted), "source"), j.unlisted[0])
+		}
 	}
-	if allFitted && !j.unknownBlocked && j.untrusted == "" {
+	j.early = r.EarlyClose
+	if r.EarlyClose && allFitted && !j.unknownBlocked && j.untrusted == "" {
 		j.closeAt = end
 	} else {
 		j.closeAt = later(end, tailEnd)
@@ -424,6 +475,18 @@ func (s Senders) untrusted(seen map[netip.Addr]bool) string {
 		return s.Why
 	}
 	return "the route's senders cannot be listed"
+}
+
+// sampleOf is a weighed source's Sample: its stop is its quiet bound at
+// SampleEpsilon after its latest arrival (the route's tail when it is too
+// sparse to fit); quietEnd is when weigh takes it for quiet (Judge says
+// from it whether it still sends).
+func sampleOf(addr netip.Addr, a Arrivals, last time.Time, tail time.Duration, quietEnd time.Time) Sample {
+	s := Sample{Addr: addr, Last: last, Stop: last.Add(tail), quietEnd: quietEnd}
+	if f := FitArrivals(a, 0, SampleEpsilon); f.OK {
+		s.Stop = last.Add(f.Quiet)
+	}
+	return s
 }
 
 // sparseGaps is how many of its longest gaps a source without a bound
@@ -467,7 +530,7 @@ func (j quietJudgement) nodeNote() string {
 		s += fmt.Sprintf(", %d from in-cluster clients not counted", j.inCluster)
 	}
 	if j.others > 0 {
-		s += fmt.Sprintf(", %d from addresses not the load balancer's not counted", j.others)
+		s += fmt.Sprintf(", %d from %s not on the load balancer's node list, weighed as its nodes", j.others, api.CountNoun(len(j.unlisted), "address"))
 	}
 	if j.open > 0 {
 		s += fmt.Sprintf(", %s from the load balancer still open (the app's to close; bytes on them are no new routing)",

@@ -22,7 +22,7 @@ func report(at time.Time, ss ...et.Stream) *Traffic {
 // the sources seen taken for all its senders.
 func tgOut(tail time.Duration) Observation {
 	return Observation{Kind: "targetgroup", Name: "tg", Synced: true, Out: true, State: "draining",
-		What: "the target is draining", Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080},
+		What: "the target is draining", Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080}, EarlyClose: true,
 		Senders: evidence.Senders{SeenAreAll: true}}
 }
 
@@ -223,34 +223,29 @@ func TestMissingEvidenceHoldsARoute(t *testing.T) {
 	}
 }
 
-// TestStopsAreRememberedOnce: the step that closes a route by its evidence
-// keeps each trusted source's stop in the route's memory, for the server
-// to learn from; later steps keep the first ones.
-func TestStopsAreRememberedOnce(t *testing.T) {
+// TestSamplesAreRemembered: each step that judges a route on evidence
+// keeps what it judged of each source's stop in the route's memory, for
+// the server to learn from: the closing step's too.
+func TestSamplesAreRemembered(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	out := t0.Add(time.Second)
 	s := steady(rng, out.Add(3*time.Second))
 	pod := Pod{Name: "p", Namespace: "ns", UID: "u", Terminating: true}
 	var mem Memory
 	var v api.Verdict
-	var closedAt time.Time
 	for now := out; now.Before(out.Add(time.Minute)) && !v.Released; now = now.Add(200 * time.Millisecond) {
 		pod.Traffic = report(now, s)
 		v, mem = Step(now, pod, mem, []Observation{tgOut(time.Minute)})
-		closedAt = now
+		m := mem.Routes[RouteKey{"targetgroup", "tg"}]
+		if len(m.Samples) != 1 || m.Samples[0].Last.After(now) || !v.Released && !m.Samples[0].Sending {
+			t.Fatalf("at %v: samples %+v, want the source's, sending by then", now, m.Samples)
+		}
 	}
 	m := mem.Routes[RouteKey{"targetgroup", "tg"}]
 	if !v.Released || v.Routes[0].ClosedBy != api.ClosedByTraffic {
 		t.Fatalf("not closed by traffic: %s", v.Message)
 	}
-	last := et.Last(s)
-	if len(m.Stops) != 1 || m.Stops[0].At.Before(last) || m.Stops[0].At.After(last.Add(time.Second)) {
-		t.Fatalf("stops %v, want one within a gap after the last arrival %v", m.Stops, last)
-	}
-	first := m.Stops[0]
-	pod.Traffic = report(closedAt.Add(time.Second), s)
-	_, mem = Step(closedAt.Add(time.Second), pod, mem, []Observation{tgOut(time.Minute)})
-	if got := mem.Routes[RouteKey{"targetgroup", "tg"}].Stops; len(got) != 1 || got[0] != first {
-		t.Errorf("a later step changed the stops: %v, want %v", got, first)
+	if last := et.Last(s); !m.Samples[0].Last.Equal(last) || !m.Samples[0].Stop.After(last) || m.Samples[0].Sending {
+		t.Errorf("at the close: %+v, want quiet, its stop after its last arrival %v", m.Samples[0], last)
 	}
 }

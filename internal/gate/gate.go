@@ -74,11 +74,14 @@ type RouteMemory struct {
 	// so that evidence that held it open past its tail, then went missing,
 	// never lets it close at once.
 	LastArrival time.Time
-	// Stops are, once the traffic evidence closed the route, when each
-	// source it trusted stopped sending (evidence.Closing.Stops), from
-	// the first step that closed it: what the route taught of its load
-	// balancer's propagation. Kept by this replica only.
-	Stops []evidence.Stop
+	// Samples are what the latest traffic evidence judged of each
+	// source's stop once the route was out (evidence.Closing.Samples):
+	// what the route teaches of its load
+	// balancer's propagation (internal/learn). Unlisted are the sources
+	// the evidence found sending that the route's senders' list lacks.
+	// Kept by this replica only.
+	Samples  []evidence.Sample
+	Unlisted []netip.Addr
 }
 
 // Memory is everything the gate keeps about one terminating pod between
@@ -99,6 +102,10 @@ type Known struct {
 	Name string
 	// WasRoute: the pod was seen in this route (see RouteMemory.WasRoute).
 	WasRoute bool
+	// Unlisted are the sources the last evidence found sending that the
+	// route's senders' list lacks (RouteMemory.Unlisted): the source may
+	// want its list read again.
+	Unlisted []netip.Addr
 }
 
 // Known returns the remembered routes of one kind, sorted by name: a
@@ -107,7 +114,7 @@ func (m Memory) Known(kind string) []Known {
 	var out []Known
 	for k, r := range m.Routes {
 		if k.Kind == kind {
-			out = append(out, Known{Name: k.Name, WasRoute: r.WasRoute})
+			out = append(out, Known{Name: k.Name, WasRoute: r.WasRoute, Unlisted: r.Unlisted})
 		}
 	}
 	slices.SortFunc(out, func(a, b Known) int { return strings.Compare(a.Name, b.Name) })
@@ -177,9 +184,10 @@ func judge(now time.Time, prev, next Memory, obs []Observation, ev *evidence.Evi
 		}
 		a := Assess(now, o, m, ev)
 		m.LastArrival = later(m.LastArrival, a.lastArrival)
-		if a.Phase == PhaseClosed && len(m.Stops) == 0 {
-			m.Stops = a.stops
+		if a.samples != nil {
+			m.Samples = a.samples
 		}
+		m.Unlisted = a.unlisted
 		next.Routes[k] = m
 		judged[k] = a
 	}

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"draingate.dev/draingate/api"
@@ -62,6 +63,9 @@ type Observation struct {
 	// knows (evidence.Senders): without a list, the evidence may lengthen
 	// the route's wait, never shorten it.
 	Senders evidence.Senders
+	// EarlyClose lets the evidence close the route before its tail's end
+	// (evidence.Route.EarlyClose, an opt-in); unset, it only lengthens.
+	EarlyClose bool
 }
 
 // Phase is where a route stands for the gate.
@@ -110,8 +114,9 @@ type Assessment struct {
 	// lastArrival is the latest arrival the evidence weighed for the
 	// route (zero without evidence), for RouteMemory.LastArrival.
 	lastArrival time.Time
-	// stops are the evidence's stops when it closed the route.
-	stops []evidence.Stop
+	// samples and unlisted are the evidence's (evidence.Closing).
+	samples  []evidence.Sample
+	unlisted []netip.Addr
 }
 
 // Assess judges one observation at now, given what the gate remembers of
@@ -166,14 +171,15 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 	r.Since, r.TailEnds = outSince, &end
 	if o.WeighTraffic {
 		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, NewConns: o.NewConns,
-			Senders: o.Senders, What: o.What, Err: o.Err})
+			Senders: o.Senders, EarlyClose: o.EarlyClose, What: o.What, Err: o.Err})
 		if ok {
 			r.Detail, r.QuietBy, r.AskBy = c.Detail, c.QuietBy, c.AskBy
-			if !c.Closed {
-				return Assessment{Phase: PhaseOut, Route: r, lastArrival: c.LastArrival}
+			a := Assessment{Phase: PhaseOut, Route: r, lastArrival: c.LastArrival, samples: c.Samples, unlisted: c.Unlisted}
+			if c.Closed {
+				a.Phase, a.Why = PhaseClosed, c.Why
+				a.Route.State, a.Route.ClosedBy = StateClosed, c.ClosedBy
 			}
-			r.State, r.ClosedBy = StateClosed, c.ClosedBy
-			return Assessment{Phase: PhaseClosed, Route: r, Why: c.Why, lastArrival: c.LastArrival, stops: c.Stops}
+			return a
 		}
 		if held := m.LastArrival.Add(tail); held.After(end) {
 			return assessHeld(now, o, r, m.LastArrival, held)

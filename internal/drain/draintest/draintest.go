@@ -95,7 +95,10 @@ func (s *Source) Observe(_ context.Context, _ *corev1.Pod, knownRoutes []gate.Kn
 	var out []gate.Observation
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		o := gate.Observation{Kind: Kind, Name: n, Synced: true, State: "in", What: "listed", Tail: Tail, TailName: Kind,
-			WeighTraffic: len(s.ports) > 0, Ports: s.ports, Senders: evidence.Senders{SeenAreAll: true}}
+			WeighTraffic: len(s.ports) > 0, Ports: s.ports, Senders: evidence.Senders{SeenAreAll: true},
+			// The early close on (an opt-in of the server), so that a
+			// test sees the evidence decide before the tail.
+			EarlyClose: true}
 		if names[n] {
 			o.State, o.Out, o.What = "out", true, "dropped"
 		}

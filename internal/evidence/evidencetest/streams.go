@@ -410,6 +410,17 @@ func From(s Stream, start time.Time) Stream {
 	return s
 }
 
+// Until is s without its arrivals after stop: a source that stopped
+// sending then.
+func Until(s Stream, stop time.Time) Stream {
+	i, _ := slices.BinarySearchFunc(s.Times, stop, func(t, stop time.Time) int { return t.Compare(stop) })
+	for i < len(s.Times) && !s.Times[i].After(stop) {
+		i++
+	}
+	s.Times = s.Times[:i]
+	return s
+}
+
 // Forget drops what Arrivals and LookCounts memoized of the streams seen so
 // far: a long simulation calls it between drains, so that its memory stays
 // that of one drain.
