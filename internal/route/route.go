@@ -102,6 +102,11 @@ type Env struct {
 	// (--traffic-evidence=false): a kind then reads nothing that only
 	// evidence needs (a load balancer's senders).
 	WeighTraffic bool
+	// EarlyClose lets the traffic evidence close a route before its tail
+	// (--traffic-early-close, an opt-in): a kind then reads what only the
+	// early close needs (a load balancer's senders), and says so in its
+	// observations (gate.Observation.EarlyClose).
+	EarlyClose bool
 	// Learned, when set, is what this cluster's drains taught, by
 	// Learner.LearnKey: a Learner takes its routes' tails from it.
 	Learned LearnedTails
@@ -232,7 +237,7 @@ type Planned struct {
 // whose LearnKey is key takes, given its configured tail; why, when what
 // was learnt decided, says so as a phrase for the route's detail.
 type LearnedTails interface {
-	Tail(key string, configured time.Duration) (tail time.Duration, why string)
+	Tail(key string, pod PodKey, configured time.Duration) (tail time.Duration, why string)
 }
 
 // LoadBalancers is what a kind that reads the load balancers in front of

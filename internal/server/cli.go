@@ -36,6 +36,7 @@ type serveFlags struct {
 	maxWait, reserve                   time.Duration
 	logFormat, logLevel                string
 	trafficEvidence, profiling         bool
+	earlyClose                         bool
 	learnTails, shortenTails, learnLag bool
 	maxWaitCeiling                     time.Duration
 	trafficEpsilon                     float64
@@ -62,9 +63,10 @@ func newServeFlagSet(f *serveFlags, routes []route.Kind, out io.Writer) *flag.Fl
 		k.Flags(fs)
 	}
 	fs.BoolVar(&f.trafficEvidence, "traffic-evidence", true, "weigh the traffic the agents see arriving at their pods: a target group route closes once every load balancer source has gone quiet (before its tail when all of them sent enough to fit a rate, after it while one still sends); false: tails alone")
+	fs.BoolVar(&f.earlyClose, "traffic-early-close", false, "let the traffic evidence close a target group route before its tail's end when every load balancer node, listed by EC2 DescribeNetworkInterfaces, was seen, fitted and quiet (opt-in: its limits are in docs/evidence.md); false: the evidence only lengthens a tail, a route closing at its tail's end or later while a source still sends")
 	fs.StringVar(&f.waitAPISources, "wait-api-sources", SourcesPod, "whom the wait API answers about a pod: pod (requests from one of the pod's own addresses, where its agent asks from, or with a token bound to the pod; others get the answer about an unknown pod) or any (for a server behind a proxy or mesh sidecar that hides the agents' addresses)")
-	fs.BoolVar(&f.learnTails, "learn-tails", true, "learn each load balancer's propagation from the drains the traffic evidence closed (how late its nodes sent after the target went out), share it among replicas in Leases of --namespace, and lengthen the tails of routes that evidence cannot close to it (never shorter than the configured tail)")
-	fs.BoolVar(&f.shortenTails, "learn-tails-shorten", false, "also shorten a tail to what was learnt, once 299 drains bound its 0.99-quantile at 95 % (opt-in)")
+	fs.BoolVar(&f.learnTails, "learn-tails", true, "measure each load balancer's propagation from every drain's traffic evidence (how late each of its nodes sent to the pod after the target went out), per namespace, share it among replicas in Leases of --namespace, and lengthen a tail at once to the latest a node was seen sending")
+	fs.BoolVar(&f.shortenTails, "learn-tails-shorten", true, "also shorten a tail to what was measured, once 299 propagations from 30 drains bound its 0.99-quantile at 95 % (one drain in 16 keeps the configured tail, so that later stops are still seen); false: learnt tails only lengthen")
 	fs.BoolVar(&f.learnLag, "learn-lag", true, "learn how long after each pod's deletion its target groups took it out (a controller's lag, per load balancer; pods released at their deadline are watched on until then), share it among replicas in Leases of --namespace, and give injected pods a max-wait at least that lag plus the tail (up to --max-wait-ceiling)")
 	fs.DurationVar(&f.maxWaitCeiling, "max-wait-ceiling", 10*time.Minute, "the longest max-wait what was learnt (--learn-lag) may give an injected pod, and how long after a pod's deletion its routes are watched for their lag; at least --inject-max-wait")
 	fs.Float64Var(&f.trafficEpsilon, "traffic-epsilon", evidence.DefaultEpsilon, "chance of a false quiet accepted per route and source: the probability that a source still sending at its fitted rate stays silent as long as its quiet bound (smaller: longer bounds)")
@@ -252,6 +254,7 @@ func (f *serveFlags) options(getenv func(string) string, log *slog.Logger) (Opti
 		ShutdownReserve: f.reserve,
 		MaxWait:         f.maxWait,
 		IgnoreTraffic:   !f.trafficEvidence,
+		EarlyClose:      f.earlyClose && f.trafficEvidence,
 		LearnTails:      f.learnTails && f.trafficEvidence,
 		ShortenTails:    f.shortenTails,
 		LearnLag:        f.learnLag,

@@ -74,6 +74,9 @@ type Options struct {
 	// IgnoreTraffic turns traffic evidence off: the agents' summaries are
 	// ignored and every route waits for its tail (the lab's draingate-tail).
 	IgnoreTraffic bool
+	// EarlyClose lets the evidence close routes before their tails
+	// (route.Env.EarlyClose).
+	EarlyClose bool
 	// Epsilon is the chance of a false quiet accepted per route and source
 	// (evidence.DefaultEpsilon when zero).
 	Epsilon float64
@@ -151,7 +154,7 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{o: o, log: o.Log, kube: cs, metrics: newMetrics(o.Registry), services: route.NewServices()}
-	env := route.Env{Kube: cs, Registry: o.Registry, Log: o.Log, WeighTraffic: !o.IgnoreTraffic}
+	env := route.Env{Kube: cs, Registry: o.Registry, Log: o.Log, WeighTraffic: !o.IgnoreTraffic, EarlyClose: o.EarlyClose}
 	if o.LearnTails || o.LearnLag {
 		s.timings = learn.New(learn.Options{Tails: o.LearnTails, Shorten: o.ShortenTails, Lags: o.LearnLag, Ceiling: o.LagCeiling,
 			Kube: cs, Namespace: o.Namespace, InCluster: s.inCluster, Log: o.Log, Now: o.Now})

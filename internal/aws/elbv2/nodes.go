@@ -100,6 +100,27 @@ func (p *Poller) readSenders(ctx context.Context, g *group, now time.Time) {
 	}
 }
 
+// minReread is the least time between two reads of a load balancer's
+// nodes that ReadNodesSoon asks for: a source missing from the list may be
+// a client, not a node, and must not cost a call per ask.
+const minReread = 10 * time.Second
+
+// ReadNodesSoon has the node lists of the load balancers in front of arn
+// read again at its group's next poll rather than at their refresh (a
+// source the list lacks sent to a pod: the load balancer may have scaled
+// out), unless read less than minReread ago. The read comes from the
+// budget like any other.
+func (p *Poller) ReadNodesSoon(arn string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, lb := range p.infos[arn].lbARNs {
+		if n := p.lbs[lb]; n != nil && !n.reading && now.Sub(n.readAt) >= minReread && now.Before(n.next) && n.failures == 0 {
+			n.next = now
+		}
+	}
+}
+
 // readClientIP says whether the NLB in front of g keeps its clients'
 // addresses (why is then not empty): from memory, or with one
 // DescribeTargetGroupAttributes call from the budget (again every

@@ -101,7 +101,7 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 		return nil, fmt.Errorf("target-group metrics: %w", err)
 	}
 	poller := elbv2.New(client, elbv2.Config{Rate: c.rate, Burst: c.burst, Interval: c.pollInterval,
-		EC2: nodeReader(env.WeighTraffic, ec2Client), NodesRefresh: c.nodesRefresh, Log: env.Log,
+		EC2: nodeReader(env.WeighTraffic && env.EarlyClose, ec2Client), NodesRefresh: c.nodesRefresh, Log: env.Log,
 		Metrics: func(action, result string) { calls.WithLabelValues(action, result).Inc() }})
 	if err := env.Registry.Register(sendersGauge{poller}); err != nil {
 		return nil, fmt.Errorf("target-group metrics: %w", err)
@@ -111,7 +111,7 @@ func (c *Config) Open(ctx context.Context, env route.Env) (route.Source, error) 
 	if c.ec2Endpoint == "" && c.endpoint != "" && env.WeighTraffic {
 		env.Log.Info("EC2 calls (the load balancers' nodes) go to --elbv2-endpoint, as no --ec2-endpoint is given", "endpoint", c.endpoint)
 	}
-	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log, Learned: env.Learned}), nil
+	return New(Options{Poller: poller, Kube: env.Kube, ALBTail: c.albTail, NLBTail: c.nlbTail, Log: env.Log, Learned: env.Learned, EarlyClose: env.EarlyClose}), nil
 }
 
 // newCalls is draingate_elbv2_calls_total, the AWS calls by action and
@@ -139,8 +139,10 @@ func (c *Config) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // nodeReader is what reads the load balancers' nodes: the EC2 client, or
-// none when no traffic evidence is weighed (the senders serve evidence
-// only: no node lists, no EC2 calls, the whole budget for target health).
+// none unless the evidence may close routes early (the senders' list
+// serves the early close only: a source on a route's ports counts as a
+// sender, listed or not; no node lists, no EC2 calls, the whole budget
+// for target health).
 // None is a nil interface, never an interface holding a nil client, which
 // the poller would call.
 func nodeReader(weigh bool, c *ec2.Client) elbv2.EC2API {

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"draingate.dev/draingate/internal/learn"
+	"draingate.dev/draingate/internal/route"
 )
 
-// A group's tail follows what its load balancer's drains taught: longer
-// when a node was seen sending later than the configured tail, never
-// shorter unless opted in; a group whose load balancer is not read yet
-// learns under its own ARN.
-func TestLearnedTailLengthensOnly(t *testing.T) {
+// A group's tail follows what its load balancer's drains in the pod's
+// namespace taught: longer once a node was seen sending later than the
+// configured tail; a group whose load balancer is not read yet learns
+// under its own ARN.
+func TestLearnedTailLengthens(t *testing.T) {
 	const arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/73e2d6bc24d8a067"
 	learned := learn.New(learn.Options{Tails: true})
 	book := learned.Book()
@@ -20,18 +21,23 @@ func TestLearnedTailLengthensOnly(t *testing.T) {
 	if k := s.LearnKey(arn); k != "tg:"+arn {
 		t.Fatalf("key %q, want the group's own", k)
 	}
-	if tail, name := s.learnedTail(arn, 20*time.Second, "ALB"); tail != 20*time.Second || name != "ALB" {
+	pod := route.PodKey{Namespace: "shop", Name: "web-1", UID: "u1"}
+	if tail, name := s.learnedTail(arn, pod, 20*time.Second, "ALB"); tail != 20*time.Second || name != "ALB" {
 		t.Errorf("nothing learnt: %s %q", tail, name)
 	}
 	now := time.Now()
-	book.Add(s.LearnKey(arn), now, 4*time.Second)
-	if tail, _ := s.learnedTail(arn, 20*time.Second, "ALB"); tail != 20*time.Second {
-		t.Errorf("a shorter propagation learnt: tail %s, want the configured 20s", tail)
+	key := s.LearnKey(arn) + " ns:shop"
+	book.AddSeen(key, now, 6*time.Second, 4*time.Second)
+	if tail, _ := s.learnedTail(arn, pod, 20*time.Second, "ALB"); tail != 20*time.Second {
+		t.Errorf("one shorter propagation learnt: tail %s, want the configured 20s", tail)
 	}
-	book.Add(s.LearnKey(arn), now.Add(time.Second), 27*time.Second)
-	tail, name := s.learnedTail(arn, 20*time.Second, "ALB")
-	if tail != 27*time.Second || !strings.Contains(name, "lengthened to 27s by the longest of 2 propagations learnt") {
-		t.Errorf("a longer propagation learnt: tail %s, %q", tail, name)
+	book.AddSeen(key, now.Add(time.Second), 29*time.Second, 27*time.Second)
+	tail, name := s.learnedTail(arn, pod, 20*time.Second, "ALB")
+	if tail != 27*time.Second || !strings.Contains(name, "lengthened to 27s: a node was seen sending that late (2 propagations learnt from 2 drains)") {
+		t.Errorf("a node seen sending later: tail %s, %q", tail, name)
+	}
+	if tail, _ := s.learnedTail(arn, route.PodKey{Namespace: "other", UID: "u2"}, 20*time.Second, "ALB"); tail != 20*time.Second {
+		t.Errorf("another namespace: tail %s, want the configured 20s", tail)
 	}
 }
 
@@ -41,7 +47,7 @@ type fixed struct {
 	why string
 }
 
-func (f fixed) Tail(_ string, configured time.Duration) (time.Duration, string) {
+func (f fixed) Tail(_ string, _ route.PodKey, configured time.Duration) (time.Duration, string) {
 	if f.d > configured {
 		return f.d, f.why
 	}
@@ -54,10 +60,11 @@ func (f fixed) Tail(_ string, configured time.Duration) (time.Duration, string) 
 func TestLearnedTailNamesWhy(t *testing.T) {
 	const arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/73e2d6bc24d8a067"
 	s := New(Options{ALBTail: 20 * time.Second, Learned: fixed{31 * time.Second, "lengthened to 31s"}})
-	if tail, name := s.learnedTail(arn, 20*time.Second, "ALB"); tail != 31*time.Second || name != "ALB (20s, lengthened to 31s)" {
+	pod := route.PodKey{Namespace: "shop", Name: "web-1", UID: "u1"}
+	if tail, name := s.learnedTail(arn, pod, 20*time.Second, "ALB"); tail != 31*time.Second || name != "ALB (20s, lengthened to 31s)" {
 		t.Errorf("learnt 31s: %s %q", tail, name)
 	}
-	if tail, name := New(Options{}).learnedTail(arn, 20*time.Second, "ALB"); tail != 20*time.Second || name != "ALB" {
+	if tail, name := New(Options{}).learnedTail(arn, pod, 20*time.Second, "ALB"); tail != 20*time.Second || name != "ALB" {
 		t.Errorf("no learning: %s %q", tail, name)
 	}
 }

@@ -77,8 +77,11 @@ type Options struct {
 	// Log receives what an operator should know (slog.Default when nil).
 	Log *slog.Logger
 	// Learned is route.Env's: the propagation learnt per load balancer
-	// (LearnKey), which lengthens the tails; nil: nothing learnt.
+	// (LearnKey), which sets the tails; nil: nothing learnt.
 	Learned route.LearnedTails
+	// EarlyClose is route.Env's: the evidence may close a route before its
+	// tail (gate.Observation.EarlyClose).
+	EarlyClose bool
 }
 
 // Source observes target-group routes. Make it with New.
@@ -163,6 +166,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 		if k.WasRoute {
 			s.noteRoute(key, k.Name)
 		}
+		if len(k.Unlisted) > 0 && s.cfg.EarlyClose && s.cfg.Poller != nil {
+			s.cfg.Poller.ReadNodesSoon(k.Name)
+		}
 	}
 	served, zone, err := s.bound(ctx, pod, arns)
 	if err != nil {
@@ -194,9 +200,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 				s.noteRoute(key, arn)
 			}
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
-			o.Tail, o.TailName = s.learnedTail(arn, o.Tail, o.TailName)
+			o.Tail, o.TailName = s.learnedTail(arn, key, o.Tail, o.TailName)
 			o.Ports = TargetPorts(obs.Targets, ips)
-			o.WeighTraffic = true
+			o.WeighTraffic, o.EarlyClose = true, s.cfg.EarlyClose
 			o.Senders = Senders(obs, zone)
 		case groupGone(obs.Err) && !s.wasRoute(key, arn):
 			// A binding whose group was deleted in AWS: no route of a pod
@@ -215,7 +221,7 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 		if ok && obs.TypeErr != nil {
 			o.TailName += fmt.Sprintf(" (the load balancer's type is not known: %v)", obs.TypeErr)
 		}
-		if ok && errors.Is(obs.SendersErr, elbv2.ErrNodesDenied) {
+		if ok && s.cfg.EarlyClose && errors.Is(obs.SendersErr, elbv2.ErrNodesDenied) {
 			o.TailName += " (no early close: the server's role lacks ec2:DescribeNetworkInterfaces)"
 		}
 		if ok && obs.LoadBalancerType != "" {
@@ -356,7 +362,9 @@ func (s *Source) planned(ctx context.Context, pod *corev1.Pod) ([]plannedGroup, 
 	var out []plannedGroup
 	for _, b := range bindings {
 		t, name := s.tail(s.typeOf(b.ARN))
-		t, name = s.learnedTail(b.ARN, t, name)
+		// The pod may not be created yet (the webhook sizes it): the
+		// tail any pod of its namespace may take.
+		t, name = s.learnedTail(b.ARN, route.PodKey{Namespace: pod.Namespace}, t, name)
 		out = append(out, plannedGroup{Binding: b, tail: t, tailName: name})
 	}
 	return out, nil
@@ -560,14 +568,13 @@ func (s *Source) LearnKey(arn string) string {
 	return "tg:" + arn
 }
 
-// learnedTail is a group's tail given what its load balancer's drains
-// taught: never shorter than the configured one unless the user opted in
-// (internal/learn); the name says when it was lengthened.
-func (s *Source) learnedTail(arn string, tail time.Duration, name string) (time.Duration, string) {
+// learnedTail is a group's tail for pod given what its load balancer's
+// drains taught (internal/learn); the name says when that changed it.
+func (s *Source) learnedTail(arn string, pod route.PodKey, tail time.Duration, name string) (time.Duration, string) {
 	if s.cfg.Learned == nil {
 		return tail, name
 	}
-	t, why := s.cfg.Learned.Tail(s.LearnKey(arn), tail)
+	t, why := s.cfg.Learned.Tail(s.LearnKey(arn), pod, tail)
 	if why != "" {
 		name += fmt.Sprintf(" (%s, %s)", tail, why)
 	}

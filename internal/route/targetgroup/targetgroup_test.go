@@ -235,7 +235,8 @@ func TestSendersByZone(t *testing.T) {
 	}
 }
 
-// Observe, against the emulator through the real SDK clients, gives a
+// Observe with the early close on, against the emulator through the real
+// SDK clients, gives a
 // route the nodes of its load balancer as senders; without
 // ec2:DescribeNetworkInterfaces none, and its tail says why it cannot
 // close early.
@@ -262,7 +263,7 @@ func TestObserveSenders(t *testing.T) {
 		t.Helper()
 		p := elbv2.New(sim.Client(), elbv2.Config{Rate: 100, Burst: 10, Interval: 10 * time.Millisecond, EC2: sim.EC2Client(),
 			Log: slog.New(slog.DiscardHandler)})
-		s := New(Options{Poller: p, ALBTail: DefaultALBTail, NLBTail: DefaultNLBTail})
+		s := New(Options{Poller: p, ALBTail: DefaultALBTail, NLBTail: DefaultNLBTail, EarlyClose: true})
 		s.changed = func(string, string) {} // as Start sets it
 		defer s.Close()
 		defer gauge(sendersGauge{p})
