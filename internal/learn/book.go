@@ -10,10 +10,14 @@ import (
 
 // The quantile a learned tail covers, and the confidence of its bound:
 // the 0.99-quantile at 95 %, which 299 samples can bound. With fewer, the
-// longest sample stands for it, which can only lengthen a wait.
+// longest sample stands for it, which can only lengthen a wait. A tail is
+// shortened only once the samples also come from MinDrains drains (a
+// drain gives one sample per load balancer node that sent to its pod).
+// docs/evidence.md ("Measured tails") says why these.
 const (
 	TailQuantile = 0.99
 	TailAlpha    = 0.05
+	MinDrains    = 30
 )
 
 // Book holds one Summary per key (a load balancer, a route kind) and
@@ -47,6 +51,15 @@ func (b *Book) summaryLocked(key string) *Summary {
 		b.sums[key] = s
 	}
 	return s
+}
+
+// AddSeen records a propagation learnt for key at at: d bounds it, seen
+// is how late the node was seen sending (Summary.AddSeen).
+func (b *Book) AddSeen(key string, at time.Time, d, seen time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.summaryLocked(key).AddSeen(at, d, seen)
+	b.dirty[key] = true
 }
 
 // Merge adds what another replica learnt, or what was persisted, for key.
@@ -101,6 +114,10 @@ type Estimate struct {
 	Bound time.Duration
 	N     int
 	Sure  bool
+	// Seen is the latest a node was seen sending (Summary.MaxSeen);
+	// Drains the drains the samples came from (Summary.Drains).
+	Seen   time.Duration
+	Drains int
 	// Spread, when not Sure, is how far the longest sample lies above
 	// the samples' median: what a few samples say of how much longer the
 	// next may be (Generous).
@@ -111,14 +128,15 @@ type Estimate struct {
 func (b *Book) Estimate(key string) Estimate {
 	s := b.Get(key)
 	s.Prune(b.now())
+	seen, _ := s.MaxSeen()
 	if d, ok := s.Upper(TailQuantile, TailAlpha); ok {
-		return Estimate{Bound: d, N: len(s.Samples), Sure: true}
+		return Estimate{Bound: d, N: len(s.Samples), Sure: true, Seen: seen, Drains: s.Drains()}
 	}
 	d, ok := s.Max()
 	if !ok {
 		return Estimate{}
 	}
-	return Estimate{Bound: d, N: len(s.Samples), Spread: d - s.Median()}
+	return Estimate{Bound: d, N: len(s.Samples), Spread: d - s.Median(), Seen: seen, Drains: s.Drains()}
 }
 
 // Generous is a bound for a value that costs little when too long and
@@ -138,21 +156,32 @@ func (l Estimate) Generous(what string) (time.Duration, string) {
 }
 
 // Tail is the tail a route takes given its configured tail and what was
-// learnt: the longer of the two, so that a load balancer seen sending
-// later than its tail holds the next routes longer; shorter than the
-// configured tail only when shorten is set (the user opted in) and the
-// bound is sure. why, when the learnt value decided, says so as a phrase
-// ("lengthened to 27.3s by the longest of 18 propagations learnt").
+// learnt. It rises at once: never shorter than the latest any node was
+// seen sending after its target went out (Seen), so that a load balancer
+// seen sending later than its tail holds the next routes longer. It falls
+// slowly: shorter than the configured tail only when shorten is set, the
+// bound is sure and the samples come from MinDrains drains, and then to
+// the bound (or Seen, if later). why, when the learnt value decided, says
+// so as a phrase ("shortened to 4.2s by the 0.99-quantile's bound at 95 %
+// of 412 propagations learnt").
 func (l Estimate) Tail(configured time.Duration, shorten bool) (tail time.Duration, why string) {
 	switch {
 	case l.N == 0:
 		return configured, ""
-	case l.Bound > configured:
-		return l.Bound, fmt.Sprintf("lengthened to %s by %s", l.Bound.Round(100*time.Millisecond), l.phrase())
-	case shorten && l.Sure && l.Bound < configured:
-		return l.Bound, fmt.Sprintf("shortened to %s by %s (opted in)", l.Bound.Round(100*time.Millisecond), l.phrase())
+	case l.Seen > configured:
+		return l.Seen, fmt.Sprintf("lengthened to %s: a node was seen sending that late (%s)", l.Seen.Round(100*time.Millisecond), l.counted())
+	case shorten && l.Sure && l.Drains >= MinDrains && l.Bound < configured:
+		if l.Seen > l.Bound {
+			return l.Seen, fmt.Sprintf("shortened to %s, the latest a node was seen sending (%s)", l.Seen.Round(100*time.Millisecond), l.counted())
+		}
+		return l.Bound, fmt.Sprintf("shortened to %s by %s", l.Bound.Round(100*time.Millisecond), l.phrase())
 	}
 	return configured, ""
+}
+
+// counted says how many propagations and drains were learnt.
+func (l Estimate) counted() string {
+	return fmt.Sprintf("%d propagations learnt from %d drains", l.N, l.Drains)
 }
 
 func (l Estimate) phrase() string { return l.Phrase("propagations") }

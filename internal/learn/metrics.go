@@ -12,10 +12,10 @@ type collector struct{ book *Book }
 
 var (
 	learnedBoundDesc = prometheus.NewDesc("draingate_learned_propagation_seconds",
-		"Per load balancer (key: lb:<ARN>, or tg:<target group ARN> while its load balancer is not known), how late its nodes were seen sending after a target went out: the 0.99-quantile's bound at 95 % once 299 drains were learnt, else the longest. A tail shorter than this is lengthened to it.",
+		"Per load balancer and namespace (key: lb:<ARN> ns:<namespace>, or tg:<target group ARN> ns:<namespace> while its load balancer is not known), how late its nodes may have sent after a target went out: the 0.99-quantile's bound at 95 % once 299 propagations were learnt, else the longest.",
 		[]string{"key"}, nil)
 	learnedSamplesDesc = prometheus.NewDesc("draingate_learned_propagation_samples",
-		"Per load balancer, the propagations learnt (one per load balancer node per drain the traffic evidence closed), the last 7 days' and at most 512.",
+		"Per load balancer and namespace, the propagations learnt (one per source of the load balancer per drain, at most 16), the last 7 days' and at most 512.",
 		[]string{"key"}, nil)
 	lagBoundDesc = prometheus.NewDesc("draingate_learned_lag_seconds",
 		"Per load balancer (key as for draingate_learned_propagation_seconds), how long after a pod's deletion its target groups took it out: the 0.99-quantile's bound at 95 % once 299 pods were learnt, else the longest. An injected pod's max-wait is at least this plus the tail (up to --max-wait-ceiling).",

@@ -34,10 +34,15 @@ const (
 	MaxAge     = 7 * 24 * time.Hour
 )
 
-// Sample is one duration learnt at a time.
+// Sample is one duration learnt at a time. D is what the bounds take: for
+// a propagation, how late the node may have sent at the latest (its stop's
+// upper bound, evidence.Sample.Stop); Seen, how late it was seen sending
+// (its latest arrival: a node seen sending that late may do so again). A
+// lag's Seen is its D.
 type Sample struct {
-	At time.Time
-	D  time.Duration
+	At   time.Time
+	D    time.Duration
+	Seen time.Duration
 }
 
 // Summary is the samples of one key, oldest first. The zero value is
@@ -48,9 +53,14 @@ type Summary struct {
 
 // Add records d, learnt at at, and drops what falls out of the bounds as
 // of at. Negative durations count as zero.
-func (s *Summary) Add(at time.Time, d time.Duration) {
+func (s *Summary) Add(at time.Time, d time.Duration) { s.AddSeen(at, d, d) }
+
+// AddSeen records a sample whose bound is d and whose seen part is seen
+// (at most d), learnt at at, as Add does.
+func (s *Summary) AddSeen(at time.Time, d, seen time.Duration) {
 	i, _ := slices.BinarySearchFunc(s.Samples, at, func(x Sample, t time.Time) int { return x.At.Compare(t) })
-	s.Samples = slices.Insert(s.Samples, i, Sample{At: at, D: max(d, 0)})
+	d = max(d, 0)
+	s.Samples = slices.Insert(s.Samples, i, Sample{At: at, D: d, Seen: min(max(seen, 0), d)})
 	s.Prune(at)
 }
 
@@ -71,8 +81,8 @@ func (s *Summary) Prune(now time.Time) {
 // second as Encode keeps it, and its duration, to the millisecond): what
 // another replica learnt, or what was persisted.
 func (s *Summary) Merge(other Summary, now time.Time) {
-	type key struct{ at, ms int64 }
-	keyOf := func(x Sample) key { return key{x.At.Unix(), x.D.Milliseconds()} }
+	type key struct{ at, ms, seen int64 }
+	keyOf := func(x Sample) key { return key{x.At.Unix(), x.D.Milliseconds(), x.Seen.Milliseconds()} }
 	seen := map[key]bool{}
 	for _, x := range s.Samples {
 		seen[keyOf(x)] = true
@@ -99,6 +109,30 @@ func (s Summary) Max() (time.Duration, bool) {
 		m = max(m, x.D)
 	}
 	return m, true
+}
+
+// MaxSeen is the latest a node was seen sending (Sample.Seen), and whether
+// there is any sample.
+func (s Summary) MaxSeen() (time.Duration, bool) {
+	if len(s.Samples) == 0 {
+		return 0, false
+	}
+	m := s.Samples[0].Seen
+	for _, x := range s.Samples[1:] {
+		m = max(m, x.Seen)
+	}
+	return m, true
+}
+
+// Drains counts the distinct times the samples were learnt at, to the
+// second: a drain's samples share its release time, so this is the drains
+// they came from (two released in one second count as one).
+func (s Summary) Drains() int {
+	seen := map[int64]bool{}
+	for _, x := range s.Samples {
+		seen[x.At.Unix()] = true
+	}
+	return len(seen)
 }
 
 // Median is the samples' median (the lower of the two middle ones for an
@@ -150,16 +184,19 @@ func binomPMF(n, k int, p float64) float64 {
 }
 
 // Encode writes the summary compactly, for an annotation or a ConfigMap
-// key: per sample its time (Unix seconds) and duration (milliseconds), as
-// varints, base64 (RawURL). About 6 bytes a sample.
+// key: per sample its time (Unix seconds), duration and seen part
+// (milliseconds), as varints, base64 (RawURL). About 8 bytes a sample.
+// Format 2; format 1 (without the seen part, taken for the duration) is
+// still read.
 func (s Summary) Encode() string {
-	b := make([]byte, 0, 1+8*len(s.Samples))
-	b = append(b, 1) // format version
+	b := make([]byte, 0, 1+12*len(s.Samples))
+	b = append(b, 2) // format version
 	var last int64
 	for _, x := range s.Samples {
 		t := x.At.Unix()
 		b = binary.AppendVarint(b, t-last)
 		b = binary.AppendUvarint(b, uint64(x.D.Milliseconds()))
+		b = binary.AppendUvarint(b, uint64(x.Seen.Milliseconds()))
 		last = t
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -180,9 +217,10 @@ func Decode(v string) (Summary, error) {
 	if err != nil {
 		return Summary{}, fmt.Errorf("learned summary: %w", err)
 	}
-	if len(b) == 0 || b[0] != 1 {
+	if len(b) == 0 || b[0] != 1 && b[0] != 2 {
 		return Summary{}, errors.New("learned summary: unknown format (written by a newer draingate?)")
 	}
+	withSeen := b[0] == 2
 	b = b[1:]
 	var s Summary
 	var last int64
@@ -197,11 +235,18 @@ func Decode(v string) (Summary, error) {
 			return Summary{}, errors.New("learned summary: truncated")
 		}
 		b = b[n:]
-		if dt < 0 && len(s.Samples) > 0 || ms > uint64(maxLearnt.Milliseconds()) {
-			return Summary{}, errors.New("learned summary: corrupt (samples out of order or too long)")
+		seen := ms
+		if withSeen {
+			if seen, n = binary.Uvarint(b); n <= 0 {
+				return Summary{}, errors.New("learned summary: truncated")
+			}
+			b = b[n:]
+		}
+		if dt < 0 && len(s.Samples) > 0 || ms > uint64(maxLearnt.Milliseconds()) || seen > ms {
+			return Summary{}, errors.New("learned summary: corrupt (samples out of order, too long, or seen later than their bound)")
 		}
 		last += dt
-		s.Samples = append(s.Samples, Sample{At: time.Unix(last, 0), D: time.Duration(ms) * time.Millisecond})
+		s.Samples = append(s.Samples, Sample{At: time.Unix(last, 0), D: time.Duration(ms) * time.Millisecond, Seen: time.Duration(seen) * time.Millisecond})
 	}
 	if over := len(s.Samples) - MaxSamples; over > 0 {
 		s.Samples = s.Samples[over:]

@@ -1,9 +1,12 @@
 package learn
 
 import (
+	"cmp"
 	"context"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,9 +22,9 @@ import (
 
 // Options configure Timings. Zero values take the defaults beside them.
 type Options struct {
-	// Tails learns each load balancer's propagation from the drains the
-	// traffic evidence closed, and lengthens the tails by it (Tail);
-	// Shorten also lets a sure bound shorten them (the user opts in).
+	// Tails learns each load balancer's propagation from every drain's
+	// traffic evidence, and lengthens the tails by it (Tail); Shorten also
+	// lets a sure bound shorten them.
 	Tails, Shorten bool
 	// Lags learns how long after each pod's deletion its routes went out,
 	// per load balancer, which sizes new pods' max-wait (AdmissionNeed).
@@ -78,9 +81,10 @@ type podTimes struct {
 	everAsked bool
 	// routes are the gate's memory of its routes at the last decision.
 	routes map[gate.RouteKey]gate.RouteMemory
-	// learnt are the routes whose stops were recorded; lagged those whose
-	// lag was.
-	learnt, lagged map[gate.RouteKey]bool
+	// released: its propagations were recorded (at its first release);
+	// lagged are the routes whose lag was.
+	released bool
+	lagged   map[gate.RouteKey]bool
 }
 
 // New returns Timings with an empty book.
@@ -160,11 +164,34 @@ func (t *Timings) key(k gate.RouteKey) string {
 	return ""
 }
 
-// Tail implements route.LearnedTails: the longer of the configured tail
-// and what key's drains taught; shorter only when the user opted in and
-// the bound is sure (Estimate.Tail).
-func (t *Timings) Tail(key string, configured time.Duration) (time.Duration, string) {
-	return t.book.Estimate(key).Tail(configured, t.o.Shorten)
+// Tail implements route.LearnedTails: the tail key's drains in the pod's
+// namespace taught (Estimate.Tail). A pod of one drain in probeEvery keeps
+// the configured tail when that is longer (so that nodes stopping later
+// than the learnt tail are still seen), and so does a pod not created yet
+// (pod.UID empty: the webhook sizing its max-wait, which must cover it).
+func (t *Timings) Tail(key string, pod route.PodKey, configured time.Duration) (time.Duration, string) {
+	tail, why := t.book.Estimate(propagationKey(key, pod.Namespace)).Tail(configured, t.o.Shorten)
+	if tail < configured && (pod.UID == "" || probe(pod.UID)) {
+		return configured, ""
+	}
+	return tail, why
+}
+
+// propagationKey is the book's key of what key's drains in namespace
+// taught: a pod controls what its agent reports, so one namespace's pods
+// teach their own namespace's tails alone.
+func propagationKey(key, namespace string) string { return key + " ns:" + namespace }
+
+// probeEvery: one drain in this many keeps its configured tail when the
+// learnt one is shorter (probe).
+const probeEvery = 16
+
+// probe says whether the pod with this UID is one that keeps its
+// configured tail: a hash of the UID, the same on every replica.
+func probe(uid string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(uid))
+	return (h.Sum32()>>16)%probeEvery == 0 // FNV's low bits mix least
 }
 
 // Decided implements drain.Consumer: what the step taught is recorded,
@@ -175,35 +202,63 @@ func (t *Timings) Decided(d *drain.Decision) {
 	defer t.mu.Unlock()
 	p := t.pods[d.Key]
 	if p == nil {
-		p = &podTimes{key: d.Key, learnt: map[gate.RouteKey]bool{}, lagged: map[gate.RouteKey]bool{}}
+		p = &podTimes{key: d.Key, lagged: map[gate.RouteKey]bool{}}
 		t.pods[d.Key] = p
 	}
 	p.pod, p.everAsked, p.routes = d.Pod, d.EverAsked, d.Next.Routes
 	if del := deletedAt(d.Pod); !del.IsZero() && (p.deleted.IsZero() || del.Before(p.deleted)) {
 		p.deleted = del
 	}
-	if t.o.Tails {
-		t.stopsLocked(p)
+	if t.o.Tails && d.Verdict.Released && !p.released {
+		p.released = true
+		t.propagationsLocked(p, d)
 	}
 	if t.o.Lags {
 		t.lagsLocked(p)
 	}
 }
 
-// stopsLocked records each stop of a route the evidence closed: its delay
-// after the route went out, under the route's key.
-func (t *Timings) stopsLocked(p *podTimes) {
+// maxSamplesPerRoute bounds what one drain's route teaches: its latest
+// stops, the longest kept (a pod reports its own sources, up to
+// api.MaxTrafficSources of them).
+const maxSamplesPerRoute = 16
+
+// propagationsLocked records what each out route of a released pod
+// taught: per source its evidence weighed (evidence.Sample), how late
+// after the route went out it stopped at the latest (Stop; a source still
+// sending at the release, its release: a lower bound) and how late it
+// was seen sending, under the route's key and the pod's namespace. What
+// no honest agent reports is dropped: an arrival after the decision or
+// after the pod's grace period ended.
+func (t *Timings) propagationsLocked(p *podTimes, d *drain.Decision) {
+	limit := d.At // the pod's grace period's end, if sooner
+	if p.pod != nil && p.pod.DeletionTimestamp != nil && p.pod.DeletionTimestamp.Time.Before(limit) {
+		limit = p.pod.DeletionTimestamp.Time
+	}
 	for k, m := range p.routes {
-		if len(m.Stops) == 0 || m.OutSince.IsZero() || p.learnt[k] {
+		if len(m.Samples) == 0 || m.OutSince.IsZero() {
 			continue
 		}
-		p.learnt[k] = true
 		key := t.key(k)
 		if key == "" {
 			continue
 		}
-		for _, st := range m.Stops {
-			t.book.Add(key, st.At, st.At.Sub(m.OutSince))
+		type taught struct{ d, seen time.Duration }
+		var got []taught
+		for _, s := range m.Samples {
+			if s.Last.After(limit) || s.Stop.Before(m.OutSince) && !s.Sending {
+				continue // forged, or quiet before the route went out
+			}
+			seen := max(s.Last.Sub(m.OutSince), 0)
+			bound := max(s.Stop.Sub(m.OutSince), seen)
+			if s.Sending {
+				bound = max(d.At.Sub(m.OutSince), seen)
+			}
+			got = append(got, taught{bound, seen})
+		}
+		slices.SortFunc(got, func(a, b taught) int { return cmp.Compare(b.d, a.d) })
+		for _, g := range got[:min(len(got), maxSamplesPerRoute)] {
+			t.book.AddSeen(propagationKey(key, p.key.Namespace), d.At, g.d, g.seen)
 		}
 	}
 }
