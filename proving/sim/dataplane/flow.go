@@ -122,6 +122,7 @@ func (p *Proxy) serveFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.target = t
+	p.done(t) // a flow is no request in flight (LeastOutstanding is for requests)
 	dialer := &net.Dialer{Timeout: p.cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 	if src := p.flowSource(f); src.IsValid() {
 		dialer.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -52,7 +53,24 @@ type Config struct {
 	// ErrorLog gets the forwarding errors net/http/httputil reports; nil
 	// discards them, the counts in Stats being what a lab run reads.
 	ErrorLog *log.Logger
+	// Routing is how the node picks a target for a request (or a flow):
+	// RoundRobin (the zero value), LeastOutstanding (an ALB's
+	// least_outstanding_requests: the target with the fewest requests in
+	// flight from this node, round robin among ties; requests only) or
+	// Random (seeded with Seed).
+	Routing Routing
+	Seed    uint64
 }
+
+// Routing is a node's way of picking targets (Config.Routing).
+type Routing string
+
+// The routings.
+const (
+	RoundRobin       Routing = ""
+	LeastOutstanding Routing = "lor"
+	Random           Routing = "random"
+)
 
 // StatusClientClosed is recorded, like an ALB's 460, when the client went
 // away before the target answered. It is not a failure of the data plane.
@@ -103,8 +121,12 @@ type Proxy struct {
 	targets  map[Target]*targetView
 	rotation []Target // sorted; replaced, never modified, on change
 	next     uint64   // round-robin cursor
-	timeline []Sample
-	changed  chan struct{} // closed and replaced when rotation changes
+	// outstanding counts each target's requests in flight
+	// (LeastOutstanding); rng draws Random's picks.
+	outstanding map[Target]int
+	rng         *rand.Rand
+	timeline    []Sample
+	changed     chan struct{} // closed and replaced when rotation changes
 
 	flowsMu sync.Mutex
 	flows   map[net.Conn]*flow // Flows mode: the client connections open
@@ -147,12 +169,14 @@ func New(cfg Config) *Proxy {
 			ResponseHeaderTimeout: cfg.ResponseTimeout,
 			DisableCompression:    true, // pass bodies through as the target sent them
 		},
-		targets: map[Target]*targetView{},
-		changed: make(chan struct{}),
-		stats:   Stats{ByStatus: map[int]int64{}, Causes: map[string]int64{}, ByTarget: map[Target]TargetStats{}},
-		picks:   map[Target][]time.Time{},
-		flows:   map[net.Conn]*flow{},
-		spliced: map[net.Conn]*flow{},
+		targets:     map[Target]*targetView{},
+		outstanding: map[Target]int{},
+		rng:         rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		changed:     make(chan struct{}),
+		stats:       Stats{ByStatus: map[int]int64{}, Causes: map[string]int64{}, ByTarget: map[Target]TargetStats{}},
+		picks:       map[Target][]time.Time{},
+		flows:       map[net.Conn]*flow{},
+		spliced:     map[net.Conn]*flow{},
 	}
 	p.forward = &httputil.ReverseProxy{
 		Rewrite:      rewrite,
@@ -245,6 +269,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
+		p.done(t)
 		// ReverseProxy panics with http.ErrAbortHandler when the target
 		// breaks mid-body: count it, then let net/http reset the client.
 		if v := recover(); v != nil {
@@ -268,10 +293,37 @@ func (p *Proxy) pick() (Target, time.Time, bool) {
 	if p.closed || len(p.rotation) == 0 {
 		return Target{}, time.Time{}, false
 	}
-	t := p.rotation[p.next%uint64(len(p.rotation))]
-	p.next++
+	var t Target
+	switch p.cfg.Routing {
+	case Random:
+		t = p.rotation[p.rng.IntN(len(p.rotation))]
+	case LeastOutstanding:
+		// The fewest in flight, the first such from the cursor on.
+		n := uint64(len(p.rotation))
+		best := -1
+		for i := range n {
+			c := p.rotation[(p.next+i)%n]
+			if o := p.outstanding[c]; best < 0 || o < best {
+				t, best = c, o
+			}
+		}
+		p.next++
+	default:
+		t = p.rotation[p.next%uint64(len(p.rotation))]
+		p.next++
+	}
+	p.outstanding[t]++
 	// Taken under the view's lock, so it orders against StoppedAt.
 	return t, time.Now(), true
+}
+
+// done ends a request to t picked by pick (ServeHTTP's).
+func (p *Proxy) done(t Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.outstanding[t]--; p.outstanding[t] <= 0 {
+		delete(p.outstanding, t)
+	}
 }
 
 func (p *Proxy) record(t *Target, pickedAt time.Time, code int, aborted bool) {

@@ -423,3 +423,69 @@ func TestErrorCauses(t *testing.T) {
 		t.Errorf("causes %v, want connection refused=2 and closed before answering=2", got)
 	}
 }
+
+// TestRoutings: least outstanding requests sends a request past a target
+// still busy with one to an idle one; random spreads requests over every
+// target in rotation, repeatably from its seed.
+func TestRoutings(t *testing.T) {
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.WriteString(w, "slow")
+	}))
+	t.Cleanup(slow.Close)
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fast") }))
+	t.Cleanup(fast.Close)
+
+	p := New(Config{Routing: LeastOutstanding})
+	t.Cleanup(p.Close)
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	t.Cleanup(func() { close(release) }) // first: the servers wait for the held request
+	healthy(t, p, targetOf(t, slow.URL), targetOf(t, fast.URL))
+	// Hold one request on the slow target, whichever the cursor gives
+	// first: at most one request in a row goes to it.
+	go front.Client().Get(front.URL)
+	go front.Client().Get(front.URL)
+	for p.Stats().ByTarget[targetOf(t, fast.URL)].Requests < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 10 {
+		if _, body := get(t, front.Client(), front.URL); body != "fast" {
+			t.Fatalf("request %d went to %q while the slow target had one in flight", i, body)
+		}
+	}
+
+	picks := func(seed uint64) []string {
+		var ts []*httptest.Server
+		for _, name := range []string{"a", "b", "c"} {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }))
+			t.Cleanup(srv.Close)
+			ts = append(ts, srv)
+		}
+		p := New(Config{Routing: Random, Seed: seed})
+		t.Cleanup(p.Close)
+		front := httptest.NewServer(p)
+		t.Cleanup(front.Close)
+		var targets []Target
+		for _, s := range ts {
+			targets = append(targets, targetOf(t, s.URL))
+		}
+		healthy(t, p, targets...)
+		var out []string
+		for range 60 {
+			_, body := get(t, front.Client(), front.URL)
+			out = append(out, body)
+		}
+		return out
+	}
+	a := picks(7)
+	for _, name := range []string{"a", "b", "c"} {
+		if n := strings.Count(strings.Join(a, ""), name); n < 5 {
+			t.Errorf("random: %s got %d of 60", name, n)
+		}
+	}
+	if strings.Join(a, "") == strings.Repeat("abc", 20) {
+		t.Errorf("random picked round robin: %v", a)
+	}
+}
