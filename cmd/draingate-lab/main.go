@@ -141,6 +141,17 @@ func commonFlags(fs *flag.FlagSet, o *lab.Options) *uint64 {
 		}
 		return nil
 	})
+	fs.Func("rollout-propagation-max", "each rollout's propagation maximum at full scale, comma-separated, one per --rollouts (e.g. 5s,5s,5s,25s: a load balancer that becomes slower, as in an AWS incident); the nodes draw uniformly from --propagation-min up to it", func(v string) error {
+		o.RolloutPropagationMax = nil
+		for _, f := range strings.Split(v, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d < 0 {
+				return fmt.Errorf("%q: want a duration such as 5s", f)
+			}
+			o.RolloutPropagationMax = append(o.RolloutPropagationMax, d)
+		}
+		return nil
+	})
 	fs.BoolVar(&o.RateMidDrain, "rate-mid-drain", false, "with --rollout-rps, change the rate as soon as the previous rollout's last pod is deleted, while it still drains (a load that falls mid-drain, which fools the evidence's early close past an 8-fold fall); default: once the previous rollout's pods drained")
 	fs.IntVar(&o.Replicas, "replicas", 6, "Deployment replicas")
 	o.Load = lab.DefaultLoad()

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -54,6 +55,12 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 			PreserveClientIP: r.o.Load.PreserveClientIP,
 			// Apart per strategy and per node, repeatable from the seed.
 			Propagation: sc.propagation(r.o.Seed + uint64(idx)*1000 + uint64(i)),
+			Routing:     sc.routing(),
+			Seed:        r.o.Seed + uint64(idx)*1000 + uint64(i) + 500,
+		}
+		if len(r.o.RolloutPropagationMax) > 0 {
+			c.Propagation = uniformTo(sc.PropagationMin, func() time.Duration { return time.Duration(r.propMax.Load()) },
+				r.o.Seed+uint64(idx)*1000+uint64(i))
 		}
 		if i < len(r.o.Load.NodeDelays) && r.o.Load.NodeDelays[i] > 0 {
 			base, extra := c.Propagation, r.o.Load.NodeDelays[i]
@@ -133,6 +140,22 @@ func (r *runner) registerNodes(arn string, cfgs []dataplane.Config) error {
 		return err
 	}
 	return r.emu.SetLoadBalancerNodes(lbARN, addrs)
+}
+
+// uniformTo draws uniformly from [lo, hi()], hi read at each draw (the
+// current rollout's maximum), with its own seeded generator.
+func uniformTo(lo time.Duration, hi func() time.Duration, seed uint64) dataplane.Propagation {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed))
+	return func(dataplane.Event) time.Duration {
+		h := hi()
+		if h <= lo {
+			return lo
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return lo + time.Duration(rng.Int64N(int64(h-lo)+1))
+	}
 }
 
 func (lb *loadBalancer) close() {

@@ -15,6 +15,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
@@ -49,6 +50,11 @@ type Options struct {
 	// during each rollout, one per rollout (RPS is then the first): a busy
 	// rollout may precede a quiet one.
 	RolloutRPS []int
+	// RolloutPropagationMax, when set, is each rollout's propagation
+	// maximum at full scale, one per rollout (a load balancer that becomes
+	// slower, as in an AWS incident): the nodes draw uniformly from the
+	// scenario's minimum up to the current rollout's.
+	RolloutPropagationMax []time.Duration
 	// RateMidDrain changes the rate as soon as the previous rollout's
 	// Deployment step ends, while its last pods still drain (a load that
 	// falls mid-drain: the sudden-fall limit of docs/evidence.md); by
@@ -138,6 +144,14 @@ func Run(ctx context.Context, env Env, o Options) (rep report.Report, err error)
 	}
 	if err := o.Load.Validate(o.Scenario); err != nil {
 		return rep, err
+	}
+	if err := o.ValidateRolloutPropagation(); err != nil {
+		return rep, err
+	}
+	for _, d := range o.RolloutPropagationMax {
+		// The scenario's bounds (how long a pod may stay in rotation)
+		// cover the slowest rollout.
+		o.Scenario.PropagationMax = max(o.Scenario.PropagationMax, time.Duration(float64(d)*o.TimeScale))
 	}
 	if err := o.ValidateRolloutRPS(); err != nil {
 		return rep, err
@@ -230,6 +244,9 @@ type runner struct {
 	notes  []string
 	// registration is the emulator's Registration bucket outside a storm.
 	registration elbv2sim.BucketConfig
+	// propMax is the current rollout's propagation maximum, scaled
+	// (Options.RolloutPropagationMax).
+	propMax atomic.Int64
 }
 
 func (r *runner) progress(st Strategy, format string, args ...any) {
@@ -475,7 +492,13 @@ func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy, l 
 			}
 			l.scale(float64(rps) / float64(r.o.RPS))
 		}
-		res.Rollouts = append(res.Rollouts, report.Rollout{Index: i, RPS: rps, Start: time.Now()})
+		ro := report.Rollout{Index: i, RPS: rps, Start: time.Now()}
+		if n := len(r.o.RolloutPropagationMax); n > 0 {
+			d := time.Duration(float64(r.o.RolloutPropagationMax[min(i, n)-1]) * r.o.TimeScale)
+			r.propMax.Store(int64(d))
+			ro.PropagationMax = d
+		}
+		res.Rollouts = append(res.Rollouts, ro)
 		r.progress(st, "%s %d/%d, %d requests/s at full scale", r.o.Scenario.Workload, i, r.o.Rollouts, rps)
 		chaosDone := make(chan error, 1)
 		if r.o.Chaos.Kind != "" {
@@ -587,6 +610,25 @@ func (r *runner) measure(res *report.Strategy, pods *tracker, lb *loadBalancer) 
 	})
 	res.Timeline.Rotation = rotationSteps(lb.bal)
 	res.FillRollouts()
+}
+
+// ValidateRolloutPropagation checks --rollout-propagation-max: one
+// maximum per rollout, for a uniform propagation, none below its minimum.
+func (o Options) ValidateRolloutPropagation() error {
+	switch n := len(o.RolloutPropagationMax); {
+	case n == 0:
+		return nil
+	case n != o.Rollouts:
+		return fmt.Errorf("--rollout-propagation-max has %d maxima for %d rollouts: give one per rollout", n, o.Rollouts)
+	case o.Scenario.Propagation != Uniform:
+		return fmt.Errorf("--rollout-propagation-max sets a uniform propagation's maximum: not with --propagation %s", o.Scenario.Propagation)
+	}
+	for _, d := range o.RolloutPropagationMax {
+		if s := time.Duration(float64(d) * o.TimeScale); s < o.Scenario.PropagationMin {
+			return fmt.Errorf("--rollout-propagation-max %s is below the propagation's minimum", d)
+		}
+	}
+	return nil
 }
 
 // ValidateRolloutRPS checks --rollout-rps: one rate per rollout, each at

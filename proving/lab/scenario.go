@@ -88,6 +88,10 @@ type Scenario struct {
 	// targets from its own source address; clients spread over them as DNS
 	// round robin would.
 	LBNodes int
+	// LBRouting is how each node picks a target: rr (round robin, an
+	// ALB's default), lor (least outstanding requests, an ALB's other
+	// algorithm; requests only, not an NLB's flows) or random.
+	LBRouting string
 	// ReconcileLag + a uniform random part in [0, ReconcileJitter) delays
 	// each reconcile of the load balancer controller.
 	ReconcileLag, ReconcileJitter time.Duration
@@ -240,6 +244,17 @@ func (s Scenario) propagation(seed uint64) dataplane.Propagation {
 	return func(ev dataplane.Event) time.Duration { return s.PropagationMin + min(draw(ev), bound) }
 }
 
+// routing is the nodes' dataplane.Routing for LBRouting.
+func (s Scenario) routing() dataplane.Routing {
+	switch s.LBRouting {
+	case "lor":
+		return dataplane.LeastOutstanding
+	case "random":
+		return dataplane.Random
+	}
+	return dataplane.RoundRobin
+}
+
 // instance says the target group's targets are nodes.
 func (s Scenario) instance() bool {
 	return s.TargetType == elbv2sim.TargetTypeInstance || s.LocalPolicy
@@ -275,6 +290,7 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.IngressSyncEvery, "ingress-sync-every", s.IngressSyncEvery, "ingress: least time between two syncs of a replica (ingress-nginx's --sync-rate-limit 0.3/s: 3.333s)")
 	fs.DurationVar(&s.IngressPickup, "ingress-pickup", s.IngressPickup, "ingress: a sync takes effect at the next tick of this period, each replica's phase drawn (ingress-nginx's Lua workers poll every 1s)")
 	fs.StringVar(&s.TargetType, "target-type", s.targetType(), "the target group's target type: ip (pods) or instance (nodes at the Service's node port; kube-proxy forwards)")
+	fs.StringVar(&s.LBRouting, "lb-routing", "rr", "how each load balancer node picks a target: rr (round robin), lor (least outstanding requests; ALB only) or random")
 	fs.IntVar(&s.LBNodes, "lb-nodes", s.LBNodes, fmt.Sprintf("data plane nodes, each with its own propagation draws and source address (1-%d)", MaxLBNodes))
 	fs.StringVar(&s.Propagation, "propagation", s.Propagation, "propagation distribution: uniform (--propagation-min..max) or lognormal (--propagation-min plus --propagation-median/-p99)")
 	fs.DurationVar(&s.PropagationMedian, "propagation-median", s.PropagationMedian, "lognormal propagation: median")
@@ -300,6 +316,10 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("workload %q: want %s, %s or %s", s.Workload, Rolling, BlueGreen, Restart)
 	case s.LBNodes < 1 || s.LBNodes > MaxLBNodes:
 		return fmt.Errorf("lb-nodes %d: want 1 to %d", s.LBNodes, MaxLBNodes)
+	case s.LBRouting != "" && s.routing() == "" && s.LBRouting != "rr":
+		return fmt.Errorf("lb-routing %q: want rr, lor or random", s.LBRouting)
+	case s.routing() == dataplane.LeastOutstanding && s.lbType() == elbv2sim.Network:
+		return fmt.Errorf("lb-routing lor is an ALB's: an NLB routes flows (use rr or random)")
 	case s.Propagation != Uniform && s.Propagation != LogNormal:
 		return fmt.Errorf("propagation %q: want %s or %s", s.Propagation, Uniform, LogNormal)
 	case s.Propagation == Uniform && s.PropagationMax < s.PropagationMin:

@@ -61,6 +61,7 @@ type jsonRollout struct {
 	AtItsPods   int            `json:"after_sigterm_at_its_pods"`
 	LagSized    int            `json:"pods_sized_by_learnt_lag"`
 	MaxWait     *float64       `json:"longest_learnt_max_wait_s,omitempty"`
+	PropMax     *float64       `json:"propagation_max_s,omitempty"`
 }
 
 // jsonPod's times are RFC 3339 strings, null when not seen.
@@ -179,6 +180,9 @@ func (r Report) jsonReport() jsonReport {
 			}
 			if ro.Pods > 0 {
 				jr.TermP50 = secondsPtr(ro.TermP50, true)
+			}
+			if ro.PropagationMax > 0 {
+				jr.PropMax = secondsPtr(ro.PropagationMax, true)
 			}
 			js.Rollouts = append(js.Rollouts, jr)
 		}

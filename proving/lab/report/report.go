@@ -60,8 +60,11 @@ type Strategy struct {
 // them, what closed their target group routes, and how many routes took a
 // learned tail.
 type Rollout struct {
-	Index, RPS        int
-	Start, End        time.Time
+	Index, RPS int
+	Start, End time.Time
+	// PropagationMax is the rollout's propagation maximum, scaled, when
+	// it has its own (--rollout-propagation-max).
+	PropagationMax    time.Duration `json:",omitempty"`
 	Requests, Failed  int
 	TermP50           time.Duration
 	Pods              int
@@ -145,7 +148,7 @@ func (s *Strategy) FillRollouts() {
 
 // learnedTail finds the tail a release line says was lengthened or
 // shortened by what was learnt.
-var learnedTail = regexp.MustCompile(`(?:lengthened|shortened) to ([0-9.]+(?:ms|s|m)) by `)
+var learnedTail = regexp.MustCompile(`(?:lengthened|shortened) to ((?:[0-9.]+(?:ms|h|m|s))+)[ :,]`)
 
 // RolloutLine says one rollout's figures in a sentence.
 func (ro Rollout) RolloutLine() string {
@@ -153,8 +156,12 @@ func (ro Rollout) RolloutLine() string {
 	for _, k := range slices.Sorted(maps.Keys(ro.Releases)) {
 		rel = append(rel, fmt.Sprintf("%s=%d", k, ro.Releases[k]))
 	}
-	out := fmt.Sprintf("rollout %d (%d requests/s at full scale): %d failed of %d sent in its window; %d stopped pods, %d requests sent them after their SIGTERM, term p50 %.1fs",
-		ro.Index, ro.RPS, ro.Failed, ro.Requests, ro.Pods, ro.AtItsPods, ro.TermP50.Seconds())
+	prop := ""
+	if ro.PropagationMax > 0 {
+		prop = fmt.Sprintf(", propagation up to %s", ro.PropagationMax)
+	}
+	out := fmt.Sprintf("rollout %d (%d requests/s at full scale%s): %d failed of %d sent in its window; %d stopped pods, %d requests sent them after their SIGTERM, term p50 %.1fs",
+		ro.Index, ro.RPS, prop, ro.Failed, ro.Requests, ro.Pods, ro.AtItsPods, ro.TermP50.Seconds())
 	if len(rel) > 0 {
 		out += "; released by " + strings.Join(rel, " ")
 	}
