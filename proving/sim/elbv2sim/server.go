@@ -46,7 +46,10 @@ type Config struct {
 	// HTTPClient runs the health checks; each check also gets its target
 	// group's timeout through the request context. Default: a client that
 	// uses no proxy, keeps no idle connections and follows no redirects (an
-	// ELB health check counts a 3xx as the code it is).
+	// ELB health check counts a 3xx as the code it is), and that sends each
+	// check from one of the load balancer's nodes' addresses, in turn, once
+	// SetLoadBalancerNodes gave them (as each AWS node checks each target);
+	// from the host's before.
 	HTTPClient *http.Client
 
 	// Now stamps events; default time.Now. Timers and rate limits always use
@@ -63,6 +66,9 @@ type Server struct {
 	cfg       Config
 	client    *http.Client
 	transport *http.Transport // ours, when cfg.HTTPClient is nil
+	// fromNode are the health check clients that send from a load
+	// balancer node's address (ours only), by address; guarded by mu.
+	fromNode map[netip.Addr]*http.Client
 	lim       limiter
 
 	ctx    context.Context // cancelled by Close: stops health checks

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strconv"
 	"time"
@@ -460,7 +461,7 @@ func (s *Server) checkLoop(ctx context.Context, tg *targetGroup, key Target, gen
 	checkable := key.ID == "localhost" || net.ParseIP(key.ID) != nil
 	tick := time.NewTicker(tg.spec.HealthCheckInterval)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -473,13 +474,37 @@ func (s *Server) checkLoop(ctx context.Context, tg *targetGroup, key Target, gen
 		})
 		res := checkResult{reason: ReasonFailedHealthChecks, desc: "Health checks failed (the emulator checks IP addresses only)"}
 		if checkable {
-			res = s.check(ctx, s.checkURL(tg, key), tg.spec.HealthCheckTimeout)
+			res = s.check(ctx, s.checkClient(tg, n), s.checkURL(tg, key), tg.spec.HealthCheckTimeout)
 		}
 		if ctx.Err() != nil {
 			return // deregistered or closed while checking: the result is moot
 		}
 		s.update(tg, key, gen, func(t *target) { s.applyLocked(tg, key, t, res) })
 	}
+}
+
+// checkClient is the client of a target's n-th health check: from the
+// load balancer's nodes' addresses in turn, once they are known and the
+// emulator runs its own checks (Config.HTTPClient).
+func (s *Server) checkClient(tg *targetGroup, n int) *http.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodes := s.nodes[tg.lbARN]
+	if s.transport == nil || len(nodes) == 0 {
+		return s.client
+	}
+	addr := nodes[n%len(nodes)]
+	c := s.fromNode[addr]
+	if c == nil {
+		if s.fromNode == nil {
+			s.fromNode = map[netip.Addr]*http.Client{}
+		}
+		tr := s.transport.Clone()
+		tr.DialContext = (&net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(addr, 0))}).DialContext
+		c = &http.Client{Transport: tr, CheckRedirect: s.client.CheckRedirect}
+		s.fromNode[addr] = c
+	}
+	return c
 }
 
 // checkURL is where the next health check of the target goes: its port,
@@ -539,7 +564,7 @@ func (s *Server) applyLocked(tg *targetGroup, key Target, t *target, res checkRe
 
 // check performs one HTTP GET health check. Any 2xx is a success (AWS's
 // matcher is configurable; the emulator's is fixed at 200-299).
-func (s *Server) check(ctx context.Context, url string, timeout time.Duration) checkResult {
+func (s *Server) check(ctx context.Context, client *http.Client, url string, timeout time.Duration) checkResult {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -547,7 +572,7 @@ func (s *Server) check(ctx context.Context, url string, timeout time.Duration) c
 		return checkResult{reason: ReasonFailedHealthChecks, desc: "Health checks failed"}
 	}
 	req.Header.Set("User-Agent", "ELB-HealthChecker/2.0")
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var ne net.Error
 		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {

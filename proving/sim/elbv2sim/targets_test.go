@@ -2,8 +2,13 @@ package elbv2sim
 
 import (
 	"errors"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,5 +300,54 @@ func TestHealthCheckPort(t *testing.T) {
 	waitState(t, s, arn, tgt, StateHealthy)
 	if err := s.SetHealthCheckPort("arn:nope", 1); err == nil {
 		t.Error("SetHealthCheckPort on an unknown group: no error")
+	}
+}
+
+// TestHealthChecksFromTheNodes: once the load balancer's nodes are known,
+// health checks come from their addresses in turn, as each AWS node checks
+// each target; before, from the host's.
+func TestHealthChecksFromTheNodes(t *testing.T) {
+	s, _ := start(t, Config{})
+	arn, err := s.CreateTargetGroup(TargetGroupSpec{Name: "web", Port: 80,
+		HealthCheckInterval: 30 * time.Millisecond, HealthCheckTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	from := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		from[host]++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	tgt := Target{ID: host, Port: int32(p)}
+	if err := s.RegisterTargets(arn, tgt); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s, arn, tgt, StateHealthy)
+	lb, _ := s.LoadBalancerARN(arn)
+	nodes := []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")}
+	if err := s.SetLoadBalancerNodes(lb, nodes); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		a, b, h := from["127.0.0.2"], from["127.0.0.3"], from["127.0.0.1"]
+		mu.Unlock()
+		if a >= 3 && b >= 3 {
+			if h == 0 {
+				t.Errorf("no check from the host's address before the nodes were known")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checks by source: %v, want several from each node", from)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
