@@ -453,8 +453,8 @@ func TestFillRollouts(t *testing.T) {
 // included.
 func TestLearnedTailPhrases(t *testing.T) {
 	for line, want := range map[string]time.Duration{
-		"its ALB (20s, shortened to 4.6s by the 0.99-quantile's bound at 95 % of 412 propagations learnt) tail (4.6s)": 4600 * time.Millisecond,
-		"its ALB (20s, shortened to 5.1s, the latest a node was seen sending (400 propagations learnt from 60 drains)) tail": 5100 * time.Millisecond,
+		"its ALB (20s, shortened to 4.6s by the 0.99-quantile's bound at 95 % of 412 propagations learnt) tail (4.6s)":        4600 * time.Millisecond,
+		"its ALB (20s, shortened to 5.1s, the latest a node was seen sending (400 propagations learnt from 60 drains)) tail":  5100 * time.Millisecond,
 		"its NLB (2m0s, lengthened to 2m12.5s: a node was seen sending that late (3 propagations learnt from 3 drains)) tail": 132500 * time.Millisecond,
 	} {
 		t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)

@@ -69,7 +69,7 @@ type Server struct {
 	// fromNode are the health check clients that send from a load
 	// balancer node's address (ours only), by address; guarded by mu.
 	fromNode map[netip.Addr]*http.Client
-	lim       limiter
+	lim      limiter
 
 	ctx    context.Context // cancelled by Close: stops health checks
 	cancel context.CancelFunc
