@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"draingate.dev/draingate/proving/lab/report"
@@ -28,6 +29,15 @@ type loadBalancer struct {
 	unsub   func()
 	ing     *ingress // Scenario.Ingress: the nodes mirror its replicas
 
+	// extra is the node that joins each rollout (Scenario.LBScaleOut), -1
+	// without; joined says it is in now. lbARN and addrs are what
+	// network interfaces the emulator lists: addrs without extra's until
+	// it joined.
+	extra  int
+	joined atomic.Bool
+	lbARN  string
+	addrs  []netip.Addr
+
 	mu       sync.Mutex
 	drainedA map[string]time.Time // target IP → first draining event
 	// failedChecks are the targets' turns from healthy to unhealthy, as
@@ -39,15 +49,22 @@ type loadBalancer struct {
 // caller defers close.
 func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 	sc := r.o.Scenario
-	if len(r.env.LBSources) > 0 && sc.LBNodes > len(r.env.LBSources) {
-		return nil, fmt.Errorf("%d load balancer nodes, but the cluster has %d source addresses for them", sc.LBNodes, len(r.env.LBSources))
+	nodes := sc.LBNodes
+	if sc.LBScaleOut > 0 {
+		nodes++
+	}
+	if len(r.env.LBSources) > 0 && nodes > len(r.env.LBSources) {
+		return nil, fmt.Errorf("%d load balancer nodes, but the cluster has %d source addresses for them", nodes, len(r.env.LBSources))
 	}
 	if n := r.o.Load.Clients; r.o.Load.PreserveClientIP && n > len(r.env.ClientSources) {
 		return nil, fmt.Errorf("--preserve-client-ip with %d clients, but the cluster has %d client addresses: use at most %d", n, len(r.env.ClientSources), len(r.env.ClientSources))
 	}
-	lb := &loadBalancer{drainedA: map[string]time.Time{}}
+	lb := &loadBalancer{drainedA: map[string]time.Time{}, extra: -1}
+	if sc.LBScaleOut > 0 {
+		lb.extra = sc.LBNodes
+	}
 	var cfgs []dataplane.Config
-	for i := range sc.LBNodes {
+	for i := range nodes {
 		c := dataplane.Config{
 			Name: fmt.Sprintf("lb-%d", i+1),
 			// An NLB passes connections through; an ALB routes requests.
@@ -75,7 +92,7 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 		}
 		cfgs = append(cfgs, c)
 	}
-	if err := r.registerNodes(arn, cfgs); err != nil {
+	if err := r.registerNodes(lb, arn, cfgs); err != nil {
 		return nil, err
 	}
 	lb.bal = dataplane.NewBalancer(cfgs)
@@ -125,9 +142,11 @@ func (r *runner) startLB(idx int, arn string) (*loadBalancer, error) {
 // registerNodes gives the emulator the nodes' source addresses as the
 // network interfaces of the target group's load balancer, so that the gate
 // lists them as the route's senders (EC2 DescribeNetworkInterfaces), as it
-// does in AWS. Nodes without their own address (no Env.LBSources) connect
-// from the host's: none is registered, and the gate knows no senders.
-func (r *runner) registerNodes(arn string, cfgs []dataplane.Config) error {
+// does in AWS, and its health checks come from them; the node that joins
+// later (lb.extra) not yet. Nodes without their own address (no
+// Env.LBSources) connect from the host's: none is registered, and the gate
+// knows no senders.
+func (r *runner) registerNodes(lb *loadBalancer, arn string, cfgs []dataplane.Config) error {
 	var addrs []netip.Addr
 	for _, c := range cfgs {
 		if !c.SourceIP.IsValid() {
@@ -139,7 +158,30 @@ func (r *runner) registerNodes(arn string, cfgs []dataplane.Config) error {
 	if err != nil {
 		return err
 	}
-	return r.emu.SetLoadBalancerNodes(lbARN, addrs)
+	lb.lbARN, lb.addrs = lbARN, addrs
+	return r.listNodes(lb)
+}
+
+// listNodes has the emulator list lb's nodes in now.
+func (r *runner) listNodes(lb *loadBalancer) error {
+	if lb.lbARN == "" {
+		return nil
+	}
+	addrs := lb.addrs
+	if lb.extra >= 0 && !lb.joined.Load() {
+		addrs = slices.Delete(slices.Clone(addrs), lb.extra, lb.extra+1)
+	}
+	return r.emu.SetLoadBalancerNodes(lb.lbARN, addrs)
+}
+
+// scale has lb's extra node join (in) or leave the load balancer: the
+// clients' spread and the network interfaces follow.
+func (r *runner) scale(lb *loadBalancer, in bool) error {
+	if lb.extra < 0 || lb.joined.Load() == in {
+		return nil
+	}
+	lb.joined.Store(in)
+	return r.listNodes(lb)
 }
 
 // uniformTo draws uniformly from [lo, hi()], hi read at each draw (the

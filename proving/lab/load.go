@@ -112,23 +112,13 @@ func (l *load) scale(f float64) { l.factor.Store(math.Float64bits(f)) }
 // nodes' weights (smooth: no node gets a run of requests) for the constant
 // load, a random node by weight for the others.
 func (spec Load) targeter(urls []string, seed uint64) vegeta.Targeter {
-	weights := spec.NodeWeights
-	if weights == nil {
-		weights = make([]float64, len(urls))
-		for i := range weights {
-			weights[i] = 1
-		}
-	}
-	total := 0.0
-	for _, w := range weights {
-		total += w
-	}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	current := make([]float64, len(urls))
 	pick := func() string {
 		mu.Lock()
 		defer mu.Unlock()
+		weights, total := spec.weights(len(urls))
 		best := 0
 		if spec.Shape == Constant {
 			for i, w := range weights {
@@ -154,6 +144,25 @@ func (spec Load) targeter(urls []string, seed uint64) vegeta.Targeter {
 		t.Method, t.URL = "GET", pick()
 		return nil
 	}
+}
+
+// weights are the n nodes' weights now, and their total: NodeWeights (1
+// each when unset, and for a node beyond them: one that joined), 0 for a
+// node not in the load balancer now (active).
+func (spec Load) weights(n int) ([]float64, float64) {
+	w := make([]float64, n)
+	total := 0.0
+	for i := range w {
+		w[i] = 1
+		if i < len(spec.NodeWeights) {
+			w[i] = spec.NodeWeights[i]
+		}
+		if spec.active != nil && !spec.active(i) {
+			w[i] = 0
+		}
+		total += w[i]
+	}
+	return w, total
 }
 
 // stoppable is a pacer that ends the attack once stopping is set.

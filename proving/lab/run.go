@@ -415,7 +415,11 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 		r.progress(st, "in-cluster client: %d requests/s at full scale through the Service's ClusterIP", r.o.Load.InClusterRPS)
 	}
 	res.Timeline.Start = time.Now()
-	l := startTraffic(r.o.Load, p.lb.urls, r.clientSources(), r.o.RPS, r.o.loadPer(), r.o.Seed, res.Timeline.AddRequest)
+	spec := r.o.Load
+	if lb := p.lb; lb.extra >= 0 {
+		spec.active = func(i int) bool { return i != lb.extra || lb.joined.Load() }
+	}
+	l := startTraffic(spec, p.lb.urls, r.clientSources(), r.o.RPS, r.o.loadPer(), r.o.Seed, res.Timeline.AddRequest)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
@@ -477,6 +481,8 @@ func (r *runner) underLoad(ctx context.Context, p *play, res *report.Strategy) e
 // what it did goes to res.Chaos.
 func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy, l traffic) error {
 	st := p.st
+	stopScale := func() {}
+	defer func() { stopScale() }()
 	for i := 1; i <= r.o.Rollouts; i++ {
 		rps := r.o.RPS
 		if len(r.o.RolloutRPS) >= i {
@@ -500,6 +506,27 @@ func (r *runner) rollouts(ctx context.Context, p *play, res *report.Strategy, l 
 		}
 		res.Rollouts = append(res.Rollouts, ro)
 		r.progress(st, "%s %d/%d, %d requests/s at full scale", r.o.Scenario.Workload, i, r.o.Rollouts, rps)
+		if sc := r.o.Scenario; sc.LBScaleOut > 0 {
+			// The previous rollout's node leaves (if it joined), and
+			// joins again LBScaleOut into this one.
+			stopScale()
+			if err := r.scale(p.lb, false); err != nil {
+				return err
+			}
+			sctx, cancel := context.WithCancel(ctx)
+			stopScale = cancel
+			go func() {
+				select {
+				case <-sctx.Done():
+				case <-time.After(sc.LBScaleOut):
+					if err := r.scale(p.lb, true); err != nil {
+						r.progress(st, "scale-out: %v", err)
+						return
+					}
+					r.progress(st, "scale-out: load balancer node %s joined", p.lb.nodes[p.lb.extra].Name())
+				}
+			}()
+		}
 		chaosDone := make(chan error, 1)
 		if r.o.Chaos.Kind != "" {
 			go func() {

@@ -92,6 +92,12 @@ type Scenario struct {
 	// ALB's default), lor (least outstanding requests, an ALB's other
 	// algorithm; requests only, not an NLB's flows) or random.
 	LBRouting string
+	// LBScaleOut, when set, has one more data plane node join the load
+	// balancer this long after each rollout starts (an ALB scaling out as
+	// the load rises), taking its share of the clients from then on; the
+	// load balancer's network interfaces list it only from then on, and it
+	// leaves again as the next rollout starts.
+	LBScaleOut time.Duration
 	// ReconcileLag + a uniform random part in [0, ReconcileJitter) delays
 	// each reconcile of the load balancer controller.
 	ReconcileLag, ReconcileJitter time.Duration
@@ -203,6 +209,7 @@ func (s Scenario) Scaled(f float64) Scenario {
 	s.ScaleDownDelay, s.LivenessPeriod = m(s.ScaleDownDelay), m(s.LivenessPeriod)
 	s.DeregistrationDelay, s.HealthCheckInterval, s.AppLatency = m(s.DeregistrationDelay), m(s.HealthCheckInterval), m(s.AppLatency)
 	s.IngressSyncEvery, s.IngressPickup = m(s.IngressSyncEvery), m(s.IngressPickup)
+	s.LBScaleOut = m(s.LBScaleOut)
 	if f > 0 && s.RegistrationRefill > 0 {
 		s.RegistrationRefill /= f
 	}
@@ -290,6 +297,7 @@ func (s *Scenario) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.IngressSyncEvery, "ingress-sync-every", s.IngressSyncEvery, "ingress: least time between two syncs of a replica (ingress-nginx's --sync-rate-limit 0.3/s: 3.333s)")
 	fs.DurationVar(&s.IngressPickup, "ingress-pickup", s.IngressPickup, "ingress: a sync takes effect at the next tick of this period, each replica's phase drawn (ingress-nginx's Lua workers poll every 1s)")
 	fs.StringVar(&s.TargetType, "target-type", s.targetType(), "the target group's target type: ip (pods) or instance (nodes at the Service's node port; kube-proxy forwards)")
+	fs.DurationVar(&s.LBScaleOut, "lb-scale-out", 0, "a load balancer node joins this long after each rollout starts and takes its share (the load balancer's network interfaces list it only from then on); it leaves as the next rollout starts; 0: none")
 	fs.StringVar(&s.LBRouting, "lb-routing", "rr", "how each load balancer node picks a target: rr (round robin), lor (least outstanding requests; ALB only) or random")
 	fs.IntVar(&s.LBNodes, "lb-nodes", s.LBNodes, fmt.Sprintf("data plane nodes, each with its own propagation draws and source address (1-%d)", MaxLBNodes))
 	fs.StringVar(&s.Propagation, "propagation", s.Propagation, "propagation distribution: uniform (--propagation-min..max) or lognormal (--propagation-min plus --propagation-median/-p99)")
@@ -316,6 +324,12 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("workload %q: want %s, %s or %s", s.Workload, Rolling, BlueGreen, Restart)
 	case s.LBNodes < 1 || s.LBNodes > MaxLBNodes:
 		return fmt.Errorf("lb-nodes %d: want 1 to %d", s.LBNodes, MaxLBNodes)
+	case s.LBScaleOut < 0:
+		return fmt.Errorf("lb-scale-out must not be negative")
+	case s.LBScaleOut > 0 && s.LBNodes+1 > MaxLBNodes:
+		return fmt.Errorf("lb-scale-out adds a node to --lb-nodes %d: at most %d nodes", s.LBNodes, MaxLBNodes)
+	case s.LBScaleOut > 0 && (s.Ingress || s.GenericLB):
+		return fmt.Errorf("lb-scale-out plays the emulated load balancer: not with ingress or generic-lb")
 	case s.LBRouting != "" && s.routing() == "" && s.LBRouting != "rr":
 		return fmt.Errorf("lb-routing %q: want rr, lor or random", s.LBRouting)
 	case s.routing() == dataplane.LeastOutstanding && s.lbType() == elbv2sim.Network:

@@ -63,28 +63,21 @@ func startStreams(spec Load, urls, sources []string, rps int, per time.Duration,
 
 // nodePicker picks a random node by the nodes' weights for each new stream.
 func (spec Load) nodePicker(urls []string, rng *rand.Rand) func() string {
-	weights := spec.NodeWeights
-	total := 0.0
-	for i := range urls {
-		if weights == nil {
-			total++
-		} else {
-			total += weights[i]
-		}
-	}
 	return func() string {
+		weights, total := spec.weights(len(urls))
 		x := rng.Float64() * total
+		last := urls[0]
 		for i, u := range urls {
-			w := 1.0
-			if weights != nil {
-				w = weights[i]
+			if weights[i] <= 0 {
+				continue
 			}
-			if x < w {
+			if x < weights[i] {
 				return u
 			}
-			x -= w
+			x -= weights[i]
+			last = u
 		}
-		return urls[len(urls)-1]
+		return last
 	}
 }
 

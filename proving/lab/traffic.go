@@ -48,6 +48,10 @@ var Shapes = []string{Constant, Poisson, OnOff, Shift, ShortConn, Stream}
 type Load struct {
 	// Shape is one of Shapes.
 	Shape string
+	// active, when set, says whether the load balancer node i is in the
+	// load balancer now (Scenario.LBScaleOut): the clients spread over
+	// those that are.
+	active func(i int) bool
 	// OnTime is how long an onoff burst lasts; PauseDist ("exp" or
 	// "pareto", shape 1.5) and PauseMean draw the pauses between bursts.
 	// The rate during a burst is OnRate (requests/s at full scale, over
