@@ -1058,3 +1058,34 @@ func TestLengthensOnlyByDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestLateChance: at the defaults a source that sent after its route went
+// out holds the route until its quiet bound; with the measured chance
+// that a node is still sending at the tail's end (LateChance), a source
+// quiet by then needs only a silence whose chance times LateChance is
+// under ε: the route closes sooner, never before the tail's end; a source
+// sending past the tail's end is late for sure and gets the full bound.
+func TestLateChance(t *testing.T) {
+	const tail = 5 * time.Second
+	outSince := t0.Add(2 * time.Minute)
+	rng := rand.New(rand.NewPCG(44, 45))
+	s := current(et.Regular(rng, "10.0.0.1", 1.4, 0.3, t0, outSince.Add(4*time.Second)))
+	r := tgOut(tail, outSince)
+	r.EarlyClose = false
+	plain, c := closeTime(r, outSince, outSince.Add(time.Minute), 100*time.Millisecond, 0, nil, s)
+	r.LateChance = 0.01
+	measured, c2 := closeTime(r, outSince, outSince.Add(time.Minute), 100*time.Millisecond, 0, nil, s)
+	if plain.IsZero() || measured.IsZero() || !measured.Before(plain) || measured.Before(outSince.Add(tail)) || measured.Before(et.Last(s)) {
+		t.Errorf("closed at %v without the late chance (%s), at %v with it (%s): want sooner with it, not before the tail's end %v nor the last arrival %v",
+			plain, c.Why, measured, c2.Why, outSince.Add(tail), et.Last(s))
+	}
+	// Sending past the tail's end: the late chance changes nothing.
+	late := current(et.Regular(rng, "10.0.0.1", 1.4, 0.3, t0, outSince.Add(9*time.Second)))
+	r.LateChance = 0
+	a, _ := closeTime(r, outSince, outSince.Add(time.Minute), 100*time.Millisecond, 0, nil, late)
+	r.LateChance = 0.01
+	b, _ := closeTime(r, outSince, outSince.Add(time.Minute), 100*time.Millisecond, 0, nil, late)
+	if !a.Equal(b) {
+		t.Errorf("a source sending past the tail's end closed at %v without the late chance, %v with it: want the same", a, b)
+	}
+}

@@ -51,6 +51,12 @@ type Fit struct {
 	// (for sampled arrivals, see fitSampled); and at least twice the
 	// longest pause the source made, for bursty sources.
 	Quiet time.Duration
+	// Model is the models' own bound, before the shape check's and the
+	// longest pauses' floors that Quiet adds (those guard a quiet against
+	// bursts and falling rates): the silence a source sending at its
+	// fitted rate makes unlikely, used to bound when a source stopped
+	// (Sample.Stop).
+	Model time.Duration
 	// By says what set Quiet, as a phrase for a route's detail: "the
 	// Poisson model", "8 × its longest gap (360ms)", ...
 	By string
@@ -115,6 +121,9 @@ func (f Fit) done(a Arrivals, q float64) Fit {
 	pause := a.MaxGap.Seconds()
 	for i := 1; i < len(a.Last); i++ {
 		pause = max(pause, a.Last[i-1].Sub(a.Last[i]).Seconds())
+	}
+	if f.Model == 0 {
+		f.Model = time.Duration(min(q, maxQuiet.Seconds()) * float64(time.Second))
 	}
 	if burstGaps*pause > q {
 		q, f.By = burstGaps*pause, byPause
@@ -191,6 +200,7 @@ func fitSampled(a Arrivals, span float64, tail time.Duration, eps float64) Fit {
 	// source's shape allows it (see shape).
 	done := func(n float64, by string) Fit {
 		f.By = by
+		f.Model = time.Duration((min(n, maxN) + 1) * d * float64(time.Second))
 		checked, checkedBy, why := shape(a, k, m, d, n, perGap, eps)
 		if why != "" {
 			f.Unfit = why

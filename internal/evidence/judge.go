@@ -39,6 +39,13 @@ type Route struct {
 	// see). Unset, the default, the evidence only lengthens: the route
 	// closes at its tail's end, or later while a source still sends.
 	EarlyClose bool
+	// LateChance, without the early close, is the measured chance that a
+	// sender still sends at the tail's end (internal/learn: at most 1 −
+	// its quantile once the tail is the measured bound); 0 or 1: not
+	// known. A source quiet at the tail's end then needs a silence whose
+	// chance, for a source still sending, times LateChance is under ε: the
+	// chance of a false quiet is that of a late sender staying silent.
+	LateChance float64
 	// What is the owner's word, one sentence, for the detail.
 	What string
 	// Err is the owner's last read error: a route whose read failed never
@@ -118,7 +125,9 @@ type Sample struct {
 	Last time.Time
 	// Stop is when it stopped at the latest, with chance 1 − SampleEpsilon
 	// of being right for a source still sending at its fitted rate: its
-	// latest arrival plus its quiet bound at SampleEpsilon. A source too
+	// latest arrival plus its models' bound at SampleEpsilon (Fit.Model:
+	// without the floors that guard a quiet against bursts and falling
+	// rates). A source too
 	// sparse to fit is given the route's tail after its latest arrival (it
 	// shows nothing shorter). A sparse source's latest arrival can lie well
 	// before its stop; Stop is what accounts for that.
@@ -385,6 +394,12 @@ func (ev *Evidence) weigh(r Route, tail time.Duration) (j quietJudgement) {
 		}
 		var se time.Time
 		switch {
+		case trusted && !r.EarlyClose && r.LateChance > 0 && r.LateChance < 1 && !last.After(tailEnd):
+			// Quiet by the tail's end is a false quiet only for a
+			// sender that is late, which the measured tail makes rare:
+			// its silence needs a chance under ε/LateChance.
+			q := FitArrivals(a, tail, min(ev.eps()/r.LateChance, SampleEpsilon)).Quiet
+			se = later(last, r.OutSince).Add(q)
 		case trusted:
 			// Silence counts from the route going out: before it, the
 			// load balancer still routed to the pod.
@@ -477,6 +492,14 @@ func (s Senders) untrusted(seen map[netip.Addr]bool) string {
 	return "the route's senders cannot be listed"
 }
 
+// eps is the evidence's ε (DefaultEpsilon when unset).
+func (ev *Evidence) eps() float64 {
+	if ev.Epsilon <= 0 || ev.Epsilon >= 1 {
+		return DefaultEpsilon
+	}
+	return ev.Epsilon
+}
+
 // sampleOf is a weighed source's Sample: its stop is its quiet bound at
 // SampleEpsilon after its latest arrival (the route's tail when it is too
 // sparse to fit); quietEnd is when weigh takes it for quiet (Judge says
@@ -484,7 +507,7 @@ func (s Senders) untrusted(seen map[netip.Addr]bool) string {
 func sampleOf(addr netip.Addr, a Arrivals, last time.Time, tail time.Duration, quietEnd time.Time) Sample {
 	s := Sample{Addr: addr, Last: last, Stop: last.Add(tail), quietEnd: quietEnd}
 	if f := FitArrivals(a, 0, SampleEpsilon); f.OK {
-		s.Stop = last.Add(f.Quiet)
+		s.Stop = last.Add(f.Model)
 	}
 	return s
 }

@@ -66,6 +66,9 @@ type Observation struct {
 	// EarlyClose lets the evidence close the route before its tail's end
 	// (evidence.Route.EarlyClose, an opt-in); unset, it only lengthens.
 	EarlyClose bool
+	// LateChance is the measured chance that a sender is still sending at
+	// the tail's end (evidence.Route.LateChance; 0: not known).
+	LateChance float64
 }
 
 // Phase is where a route stands for the gate.
@@ -171,7 +174,7 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 	r.Since, r.TailEnds = outSince, &end
 	if o.WeighTraffic {
 		c, ok := ev.Judge(now, evidence.Route{OutSince: outSince, Tail: tail, TailName: o.TailName, Ports: o.Ports, NewConns: o.NewConns,
-			Senders: o.Senders, EarlyClose: o.EarlyClose, What: o.What, Err: o.Err})
+			Senders: o.Senders, EarlyClose: o.EarlyClose, LateChance: o.LateChance, What: o.What, Err: o.Err})
 		if ok {
 			r.Detail, r.QuietBy, r.AskBy = c.Detail, c.QuietBy, c.AskBy
 			a := Assessment{Phase: PhaseOut, Route: r, lastArrival: c.LastArrival, samples: c.Samples, unlisted: c.Unlisted}

@@ -179,6 +179,16 @@ func (l Estimate) Tail(configured time.Duration, shorten bool) (tail time.Durati
 	return configured, ""
 }
 
+// LateChance is the chance that a node stops later than tail, as far as
+// the estimate is sure: 1 − TailQuantile once the bound is sure, from
+// MinDrains drains, and tail at least the bound; 0 (not known) else.
+func (l Estimate) LateChance(tail time.Duration) float64 {
+	if l.Sure && l.Drains >= MinDrains && tail >= l.Bound {
+		return 1 - TailQuantile
+	}
+	return 0
+}
+
 // counted says how many propagations and drains were learnt.
 func (l Estimate) counted() string {
 	return fmt.Sprintf("%d propagations learnt from %d drains", l.N, l.Drains)

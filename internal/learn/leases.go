@@ -36,11 +36,22 @@ type Leases struct {
 	book *Book
 	log  *slog.Logger
 	now  func() time.Time
+	soon chan struct{} // Soon's: sync before the next interval
 }
 
 // NewLeases returns a store for book in namespace.
 func NewLeases(cs kubernetes.Interface, namespace string, book *Book, log *slog.Logger) *Leases {
-	return &Leases{cs: cs, ns: namespace, book: book, log: log, now: time.Now}
+	return &Leases{cs: cs, ns: namespace, book: book, log: log, now: time.Now, soon: make(chan struct{}, 1)}
+}
+
+// Soon has Run sync now rather than at its next interval: what was
+// learnt should reach the other replicas at once (a node seen sending
+// later than any before raises every replica's tail).
+func (l *Leases) Soon() {
+	select {
+	case l.soon <- struct{}{}:
+	default:
+	}
 }
 
 // Run syncs every interval until ctx ends, then once more (what was learnt
@@ -56,6 +67,8 @@ func (l *Leases) Run(ctx context.Context, every time.Duration) {
 			l.logErr(l.Sync(fctx))
 			return
 		case <-t.C:
+			l.logErr(l.Sync(ctx))
+		case <-l.soon:
 			l.logErr(l.Sync(ctx))
 		}
 	}

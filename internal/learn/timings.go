@@ -113,7 +113,7 @@ func (t *Timings) Book() *Book { return t.book }
 // what it learnt; sweepEvery how often gone pods' routes are observed
 // again without a change.
 const (
-	syncEvery  = 30 * time.Second
+	syncEvery  = 10 * time.Second
 	sweepEvery = 5 * time.Second
 )
 
@@ -175,6 +175,12 @@ func (t *Timings) Tail(key string, pod route.PodKey, configured time.Duration) (
 		return configured, ""
 	}
 	return tail, why
+}
+
+// LateChance implements route.LearnedTails (Estimate.LateChance), for the
+// pod's namespace's book.
+func (t *Timings) LateChance(key string, pod route.PodKey, tail time.Duration) float64 {
+	return t.book.Estimate(propagationKey(key, pod.Namespace)).LateChance(tail)
 }
 
 // propagationKey is the book's key of what key's drains in namespace
@@ -257,8 +263,15 @@ func (t *Timings) propagationsLocked(p *podTimes, d *drain.Decision) {
 			got = append(got, taught{bound, seen})
 		}
 		slices.SortFunc(got, func(a, b taught) int { return cmp.Compare(b.d, a.d) })
+		pk := propagationKey(key, p.key.Namespace)
+		before := t.book.Estimate(pk)
 		for _, g := range got[:min(len(got), maxSamplesPerRoute)] {
-			t.book.AddSeen(propagationKey(key, p.key.Namespace), d.At, g.d, g.seen)
+			t.book.AddSeen(pk, d.At, g.d, g.seen)
+			if g.seen > before.Seen && t.store != nil {
+				// A node seen later than ever: the other replicas'
+				// tails rise at their next read of the Leases, now.
+				t.store.Soon()
+			}
 		}
 	}
 }

@@ -106,10 +106,16 @@ func TestTailFallsSlowlyRisesAtOnce(t *testing.T) {
 	if tail, why := tm.Tail("tg:arn:tg", pod, configured); tail != configured {
 		t.Fatalf("%d samples from %d drains: tail %s (%s), want the configured", 12*(MinDrains-1), MinDrains-1, tail, why)
 	}
+	if c := tm.LateChance("tg:arn:tg", pod, configured); c != 0 {
+		t.Errorf("too few drains: a late chance of %g, want none known", c)
+	}
 	teach(tm, "shop", 40, 12, 5*time.Second)
 	tail, why := tm.Tail("tg:arn:tg", pod, configured)
 	if tail != 5*time.Second || !strings.Contains(why, "shortened to 5s") {
 		t.Fatalf("enough drains: tail %s (%s), want shortened to the longest stop, 5s", tail, why)
+	}
+	if c, short := tm.LateChance("tg:arn:tg", pod, tail), tm.LateChance("tg:arn:tg", pod, tail-time.Second); c != 1-TailQuantile || short != 0 {
+		t.Errorf("late chance %g at the bound, %g below it: want %g, then none known", c, short, 1-TailQuantile)
 	}
 	if tail, _ := tm.Tail("tg:arn:tg", route.PodKey{Namespace: "shop"}, configured); tail != configured {
 		t.Errorf("a pod not created yet: tail %s, want the configured (its max-wait must cover a probe)", tail)

@@ -238,6 +238,11 @@ type Planned struct {
 // was learnt decided, says so as a phrase for the route's detail.
 type LearnedTails interface {
 	Tail(key string, pod PodKey, configured time.Duration) (tail time.Duration, why string)
+	// LateChance is the chance, as measured, that one of the load
+	// balancer's nodes still sends to a pod after tail (0 when nothing
+	// sure was measured): what lets the evidence weigh a quiet source
+	// against how rarely a node is that late (gate.Observation.LateChance).
+	LateChance(key string, pod PodKey, tail time.Duration) float64
 }
 
 // LoadBalancers is what a kind that reads the load balancers in front of

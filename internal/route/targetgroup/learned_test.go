@@ -47,6 +47,8 @@ type fixed struct {
 	why string
 }
 
+func (fixed) LateChance(string, route.PodKey, time.Duration) float64 { return 0 }
+
 func (f fixed) Tail(_ string, _ route.PodKey, configured time.Duration) (time.Duration, string) {
 	if f.d > configured {
 		return f.d, f.why

@@ -201,6 +201,9 @@ func (s *Source) Observe(ctx context.Context, pod *corev1.Pod, known []gate.Know
 			}
 			o = s.Judge(state, reason, obs.LoadBalancerType, registered)
 			o.Tail, o.TailName = s.learnedTail(arn, key, o.Tail, o.TailName)
+			if s.cfg.Learned != nil {
+				o.LateChance = s.cfg.Learned.LateChance(s.LearnKey(arn), key, o.Tail)
+			}
 			o.Ports = TargetPorts(obs.Targets, ips)
 			o.WeighTraffic, o.EarlyClose = true, s.cfg.EarlyClose
 			o.Senders = Senders(obs, zone)

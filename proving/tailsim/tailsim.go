@@ -1,0 +1,260 @@
+// Package tailsim plays many drains of one load balancer through the
+// product's own decision and learning (internal/gate, internal/evidence,
+// internal/learn), in simulated time, and counts what each strategy of
+// closing routes loses: the catalogue of measured tails
+// (docs/evidence.md, "Measured tails").
+//
+// Each drain is one pod behind a load balancer of Nodes nodes. Each node
+// sends the pod requests (round robin with jitter, or Poisson) from two
+// minutes before the drain (the watcher's history) until it stops: its
+// propagation after the controller deregistered the target, drawn per
+// node and drain. The server sees the target draining at its next poll.
+// The pod's agent reports what arrived (sampled per look, as the agent
+// counts) each Step, and the gate decides on it with the tail learning
+// gives the pod; once released, every arrival after the release is a
+// request lost, and the release teaches learning as the server's would.
+package tailsim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"draingate.dev/draingate/api"
+	"draingate.dev/draingate/internal/drain"
+	"draingate.dev/draingate/internal/evidence"
+	et "draingate.dev/draingate/internal/evidence/evidencetest"
+	"draingate.dev/draingate/internal/gate"
+	"draingate.dev/draingate/internal/learn"
+	"draingate.dev/draingate/internal/route"
+	"draingate.dev/draingate/internal/route/targetgroup"
+)
+
+// Shape is one load balancer and its traffic, as a catalogue row.
+type Shape struct {
+	Name string
+	// Nodes is the load balancer's nodes; Rate each node's requests per
+	// second to the pod; Poisson draws the arrivals at random (else a
+	// round robin, ±30 %).
+	Nodes   int
+	Rate    float64
+	Poisson bool
+	// Propagation draws a node's stop after the deregistration, for drain
+	// i of n.
+	Propagation func(rng *rand.Rand, i, n int) time.Duration
+	// Fall, when above 1, divides a node's rate by a factor drawn from
+	// [2, Fall] at a random moment within 3 s of the deregistration (a
+	// weight moving to another target group).
+	Fall float64
+	// Tail is the configured tail; Poll the target health poll interval.
+	Tail, Poll time.Duration
+	// EarlyClose plays the opt-in early close instead of the defaults.
+	EarlyClose bool
+}
+
+// Result is what the drains of a Shape gave.
+type Result struct {
+	Drains int
+	// Lost counts the requests nodes sent after their pod's release;
+	// DrainsLosing the drains that lost any.
+	Lost, DrainsLosing int
+	// Release are the releases' times after the deregistration, in drain
+	// order.
+	Release []time.Duration
+	// Tail is the tail a pod takes after the last drain (not one of the
+	// drains that keep the configured tail), and TailWhy what learning
+	// said of it.
+	Tail    time.Duration
+	TailWhy string
+	// AtDeadline counts the drains released at their deadline.
+	AtDeadline int
+}
+
+// P50 is the median release after the deregistration of the later half
+// of the drains (the first ones learn).
+func (r Result) P50() time.Duration {
+	late := slices.Clone(r.Release[len(r.Release)/2:])
+	if len(late) == 0 {
+		return 0
+	}
+	slices.Sort(late)
+	return late[len(late)/2]
+}
+
+// PerThousand is the requests lost per 1,000 drains.
+func (r Result) PerThousand() float64 {
+	if r.Drains == 0 {
+		return 0
+	}
+	return 1000 * float64(r.Lost) / float64(r.Drains)
+}
+
+// Step is how often the agent reports and the gate decides.
+const Step = 200 * time.Millisecond
+
+const (
+	namespace = "shop"
+	arn       = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef"
+	history   = 2 * time.Minute
+	maxWait   = 90 * time.Second
+	// every is the agent's look interval.
+	every = 100 * time.Millisecond
+)
+
+// Run plays drains of s with seed and returns what they gave.
+func Run(s Shape, drains int, seed uint64) Result {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	tm := learn.New(learn.Options{Tails: true, Shorten: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tm.Start(ctx, []route.Source{targetgroup.New(targetgroup.Options{})})
+	if s.Poll <= 0 {
+		s.Poll = 2 * time.Second
+	}
+	var res Result
+	// Drains a minute apart, ending now (learning prunes by the clock).
+	start := time.Now().Add(-time.Duration(drains) * time.Minute)
+	for i := range drains {
+		dereg := start.Add(time.Duration(i) * time.Minute)
+		d := playDrain(s, rng, tm, i, drains, dereg)
+		res.Drains++
+		res.Lost += d.lost
+		if d.lost > 0 {
+			res.DrainsLosing++
+		}
+		if d.deadline {
+			res.AtDeadline++
+		}
+		res.Release = append(res.Release, d.release.Sub(dereg))
+		et.Forget()
+	}
+	// The shortest of a few pods' tails: one in 16 keeps the configured.
+	res.Tail = s.Tail + time.Hour
+	for k := range 4 {
+		t, why := tm.Tail("tg:"+arn, route.PodKey{Namespace: namespace, Name: "next", UID: fmt.Sprint("next-", k)}, s.Tail)
+		if t < res.Tail {
+			res.Tail, res.TailWhy = t, why
+		}
+	}
+	return res
+}
+
+type drained struct {
+	release  time.Time
+	lost     int
+	deadline bool
+}
+
+// playDrain plays drain i of n, deregistered at dereg.
+func playDrain(s Shape, rng *rand.Rand, tm *learn.Timings, i, n int, dereg time.Time) drained {
+	uid := fmt.Sprintf("%016x", rng.Uint64())
+	from := dereg.Add(-history)
+	var streams []et.Stream
+	for j := range s.Nodes {
+		addr := fmt.Sprintf("10.0.%d.%d", j/250, j%250+1)
+		stop := dereg.Add(s.Propagation(rng, i, n))
+		var st et.Stream
+		if s.Fall > 1 {
+			at := dereg.Add(time.Duration((rng.Float64()*6 - 3) * float64(time.Second)))
+			f := 2 + rng.Float64()*(s.Fall-2)
+			fall := at
+			if stop.Before(at) {
+				fall = stop
+			}
+			st = et.Merge(addr, arrivals(rng, s, addr, s.Rate, from, fall), arrivals(rng, s, addr, s.Rate/f, fall, stop))
+		} else {
+			st = arrivals(rng, s, addr, s.Rate, from, stop)
+		}
+		st.Port = 8080
+		streams = append(streams, et.Models[len(et.Models)-1].Sample(st, from))
+	}
+	seen := dereg.Add(time.Duration(rng.Int64N(int64(s.Poll))))
+	deletion := dereg.Add(-time.Second)
+	pod := gate.Pod{Namespace: namespace, Name: "web-" + uid[:5], UID: uid, Terminating: true, Deadline: deletion.Add(maxWait)}
+	key := route.PodKey{Namespace: namespace, Name: pod.Name, UID: uid}
+	kpod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod.Name, UID: types.UID(uid),
+		DeletionTimestamp: &metav1.Time{Time: deletion.Add(maxWait + 5*time.Second)}}}
+	tail, _ := tm.Tail("tg:"+arn, key, s.Tail)
+	late := tm.LateChance("tg:"+arn, key, tail)
+	var mem gate.Memory
+	for now := deletion; ; now = now.Add(Step) {
+		o := gate.Observation{Kind: targetgroup.Kind, Name: arn, Synced: true, State: "healthy", What: "the target is healthy",
+			Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080}, EarlyClose: s.EarlyClose, LateChance: late,
+			Senders: evidence.Senders{SeenAreAll: true}}
+		if !now.Before(seen) {
+			o.State, o.Out, o.What = "draining", true, "the target is draining"
+		}
+		pod.Traffic = &gate.Traffic{Summary: et.Summary(now, nil, streams...), At: now}
+		v, next := gate.Step(now, pod, mem, []gate.Observation{o})
+		mem = next
+		if !v.Released {
+			continue
+		}
+		tm.Decided(&drain.Decision{Key: key, Pod: kpod, At: now, Verdict: v, Next: mem, Observations: []gate.Observation{o}})
+		lost := 0
+		for _, st := range streams {
+			lost += len(st.Times) - sortSearch(st.Times, now)
+		}
+		return drained{release: now, lost: lost, deadline: v.Reason == api.ReasonDeadline}
+	}
+}
+
+// arrivals is one node's requests to the pod at rate from start to stop.
+func arrivals(rng *rand.Rand, s Shape, addr string, rate float64, start, stop time.Time) et.Stream {
+	if s.Poisson {
+		return et.Poisson(rng, addr, rate, start, stop)
+	}
+	return et.Regular(rng, addr, rate, 0.3, start, stop)
+}
+
+// sortSearch is the index of the first time after t.
+func sortSearch(ts []time.Time, t time.Time) int {
+	i, _ := slices.BinarySearchFunc(ts, t, func(a, b time.Time) int { return a.Compare(b) })
+	for i < len(ts) && !ts[i].After(t) {
+		i++
+	}
+	return i
+}
+
+// Uniform draws from [lo, hi].
+func Uniform(lo, hi time.Duration) func(*rand.Rand, int, int) time.Duration {
+	return func(rng *rand.Rand, _, _ int) time.Duration {
+		return lo + time.Duration(rng.Float64()*float64(hi-lo))
+	}
+}
+
+// LogNormal draws lo plus a log-normal of this median and 0.99-quantile.
+func LogNormal(lo, median, p99 time.Duration) func(*rand.Rand, int, int) time.Duration {
+	sigma := math.Log(float64(p99)/float64(median)) / 2.326
+	return func(rng *rand.Rand, _, _ int) time.Duration {
+		return lo + time.Duration(float64(median)*math.Exp(sigma*rng.NormFloat64()))
+	}
+}
+
+// Bimodal draws from fast, or in share of the drains (all their nodes
+// alike slow: the load balancer's bad moment) from slow.
+func Bimodal(fast, slow func(*rand.Rand, int, int) time.Duration, share float64) func(*rand.Rand, int, int) time.Duration {
+	return func(rng *rand.Rand, i, n int) time.Duration {
+		// The drain's mode: a hash of its index, the same for its nodes.
+		if float64((uint64(i)*0x9e3779b97f4a7c15)>>40)/float64(1<<24) < share {
+			return slow(rng, i, n)
+		}
+		return fast(rng, i, n)
+	}
+}
+
+// Drifting draws uniformly from [0, max], max growing from lo to hi over
+// the drains (a load balancer becoming slower).
+func Drifting(lo, hi time.Duration) func(*rand.Rand, int, int) time.Duration {
+	return func(rng *rand.Rand, i, n int) time.Duration {
+		m := lo + time.Duration(float64(hi-lo)*float64(i)/float64(max(n-1, 1)))
+		return time.Duration(rng.Float64() * float64(m))
+	}
+}
