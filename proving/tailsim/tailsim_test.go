@@ -41,8 +41,9 @@ func shapes() []Shape {
 // TestCatalogue plays the catalogue at the defaults and prints its table:
 // per shape the requests lost per 1,000 drains, the drains released at
 // their deadline, the release's median after the deregistration and the
-// tail the last drain took. The figures are the catalogue's, not a pass
-// condition, except that the rows the design covers lose nothing.
+// tail a pod takes after them. Every row must lose nothing: the rows are
+// what the measured tails and the hold at the tail's end are built for,
+// and a seed that finds a loss is one to keep (-tailsim.seed).
 func TestCatalogue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the catalogue plays hundreds of drains per shape")
@@ -56,6 +57,9 @@ func TestCatalogue(t *testing.T) {
 	fmt.Fprintf(&b, "| shape | lost per 1,000 drains | drains losing | at deadline | release p50 (later half) | tail after the drains |\n|---|---|---|---|---|---|\n")
 	for _, sh := range shapes() {
 		r := Run(sh, *drains, s)
+		if r.Lost > 0 {
+			t.Errorf("%s: %d requests lost in %d of %d drains (seed %d)", sh.Name, r.Lost, r.DrainsLosing, r.Drains, s)
+		}
 		fmt.Fprintf(&b, "| %s | %.1f | %d | %d | %.1fs | %s (%s) |\n", sh.Name, r.PerThousand(), r.DrainsLosing, r.AtDeadline,
 			r.P50().Seconds(), r.Tail.Round(100*time.Millisecond), r.TailWhy)
 	}
