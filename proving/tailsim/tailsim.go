@@ -57,6 +57,11 @@ type Shape struct {
 	Tail, Poll time.Duration
 	// EarlyClose plays the opt-in early close instead of the defaults.
 	EarlyClose bool
+	// Watch is how long before the deregistration the pod's traffic is
+	// watched: the watcher's two minutes (the default), or about a second
+	// without it (the agent watches from the preStop hook, at the
+	// deletion).
+	Watch time.Duration
 }
 
 // Result is what the drains of a Shape gave.
@@ -156,6 +161,9 @@ type drained struct {
 func playDrain(s Shape, rng *rand.Rand, tm *learn.Timings, i, n int, dereg time.Time) drained {
 	uid := fmt.Sprintf("%016x", rng.Uint64())
 	from := dereg.Add(-history)
+	if s.Watch > 0 {
+		from = dereg.Add(-s.Watch)
+	}
 	var streams []et.Stream
 	for j := range s.Nodes {
 		addr := fmt.Sprintf("10.0.%d.%d", j/250, j%250+1)

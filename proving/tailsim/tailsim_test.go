@@ -35,6 +35,8 @@ func shapes() []Shape {
 		}),
 		with("drifting: max 5s to 25s", func(s *Shape) { s.Propagation = Drifting(5*time.Second, 25*time.Second) }),
 		with("rate falls 2-20x at the drain", func(s *Shape) { s.Fall = 20; s.Rate = 7 }),
+		with("uniform 0-5s, 1.4/s, no watcher", func(s *Shape) { s.Watch = time.Second }),
+		with("uniform 0-5s, 7/s, no watcher", func(s *Shape) { s.Watch = time.Second; s.Rate = 7 }),
 	}
 }
 
