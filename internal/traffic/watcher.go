@@ -241,6 +241,8 @@ func (w *Watcher) track(conns []Conn, now time.Time) ([]arrival, uint64) {
 			if s.inbound {
 				if at, ok := w.grew(prev, c, now); ok {
 					found = append(found, arrival{s.src, at, false})
+				} else if closedAfterUse(prev, c, now) {
+					found = append(found, arrival{s.src, now, false})
 				}
 			}
 		default:
@@ -394,6 +396,26 @@ func (w *Watcher) grew(prev seen, c Conn, now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return w.when(in, now), true
+}
+
+// usedWithin is how recently a connection the pod closed must have
+// received data for its close to count as an arrival (closedAfterUse).
+const usedWithin = 5 * time.Second
+
+// closedAfterUse reports whether the known connection prev, now c, was
+// closed by the pod since the previous sample while in use: it entered
+// TIME_WAIT (which keeps no tcp_info, so whether data came before the close
+// is not known) having received data within usedWithin. A server closes a
+// connection after answering on it (a request asking for the close, a
+// limit of requests per connection, such as Apache's 100), and that
+// request is then counted at the sample's time, the latest it can have
+// arrived: missing it would make its source's pace look slower by a gap
+// and its last request earlier than it was. A connection idle for longer
+// before the close is taken for one closed by an idle timeout (seconds at
+// least: Node's 5s, nginx's 75s): nothing arrived.
+func closedAfterUse(prev seen, c Conn, now time.Time) bool {
+	return c.State == TimeWait && prev.state != TimeWait && !hasCounter(c.Info) &&
+		!prev.lastRecv.IsZero() && now.Sub(prev.lastRecv) <= usedWithin
 }
 
 // arrivedNew is when the new connection c arrived: its data's time when it

@@ -337,15 +337,15 @@ func TestWatcherPeerFIN(t *testing.T) {
 func TestWatcherTimeWait(t *testing.T) {
 	w, sc := newScripted(8080)
 	sc.snap.PassiveOpens = 1
-	a := inbound(1, "10.0.0.1:5000", 8080, 10, time.Second)
+	a := inbound(1, "10.0.0.1:5000", 8080, 10, 30*time.Second)
 	sc.conns(a)
 	sample(t, w, 0)
 
-	// The pod closed a known connection: TIME_WAIT has no tcp_info, and
-	// its last burst is not guessed. A connection that opened and was
-	// closed by the pod between two samples is seen in TIME_WAIT: one
-	// arrival at the sample's time, and the passive open is accounted
-	// for.
+	// The pod closed a known connection idle for 30s: TIME_WAIT has no
+	// tcp_info, and an idle timeout's close is no arrival. A connection
+	// that opened and was closed by the pod between two samples is seen
+	// in TIME_WAIT: one arrival at the sample's time, and the passive open
+	// is accounted for.
 	tw := func(c Conn) Conn { c.State, c.Info = TimeWait, Info{}; return c }
 	e := inbound(2, "10.0.0.5:7000", 8080, 0, 0)
 	sc.snap.PassiveOpens = 2
@@ -357,6 +357,32 @@ func TestWatcherTimeWait(t *testing.T) {
 		Every:        tick,
 		Sources:      []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
 		NewConns:     []api.SourceTraffic{src("10.0.0.5", 8080, 1, tick, tick)},
+		ConnsCounted: true,
+	})
+}
+
+// TestWatcherClosedAfterUse: a keep-alive connection in use that the pod
+// closes between two samples (a server's limit of requests per connection)
+// counts its last request at the sample's time: TIME_WAIT keeps no
+// tcp_info to show it, and missing it would double its source's gap.
+func TestWatcherClosedAfterUse(t *testing.T) {
+	w, sc := newScripted(8080)
+	a := inbound(1, "10.0.0.1:5000", 8080, 300, 0)
+	sc.conns(a)
+	sample(t, w, 0)
+	a.Info = info(600, 0)
+	sc.conns(a)
+	sample(t, w, 1)
+	tw := a
+	tw.State, tw.Info = TimeWait, Info{}
+	sc.conns(tw)
+	sample(t, w, 2)
+	sample(t, w, 3)
+	check(t, w.Summary(at(3)), api.Traffic{
+		Watched: 3 * tick,
+		Every:   tick,
+		Sources: []api.SourceTraffic{withGaps(withLooks(withGap(src("10.0.0.1", 8080, 2, 2*tick, tick, 2*tick), tick),
+			api.Looks{N: 1}, api.Looks{N: 1}), map[int]api.GapBin{0: {N: 1, Sum: 1}})},
 		ConnsCounted: true,
 	})
 }
