@@ -53,12 +53,13 @@ func (b *Book) summaryLocked(key string) *Summary {
 	return s
 }
 
-// AddSeen records a propagation learnt for key at at: d bounds it, seen
-// is how late the node was seen sending (Summary.AddSeen).
-func (b *Book) AddSeen(key string, at time.Time, d, seen time.Duration) {
+// AddSample records a sample learnt for key (Summary.AddSample): a
+// propagation (D bounds it, Seen is how late the node was seen sending),
+// or a lag, of the drain and source it names.
+func (b *Book) AddSample(key string, x Sample) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.summaryLocked(key).AddSeen(at, d, seen)
+	b.summaryLocked(key).AddSample(x)
 	b.dirty[key] = true
 }
 

@@ -63,7 +63,8 @@ func (t *Timings) lagsLocked(p *podTimes) {
 func (t *Timings) recordLagLocked(p *podTimes, k gate.RouteKey, d time.Duration) {
 	p.lagged[k] = true
 	if key := t.key(k); key != "" {
-		t.book.Add(LagPrefix+key, p.deleted, lagSample(d))
+		lag := lagSample(d)
+		t.book.AddSample(LagPrefix+key, Sample{At: p.deleted, D: lag, Seen: lag, Drain: DrainID(p.key.UID)})
 	}
 }
 

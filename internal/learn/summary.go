@@ -21,6 +21,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -43,6 +44,41 @@ type Sample struct {
 	At   time.Time
 	D    time.Duration
 	Seen time.Duration
+	// Drain names the drain the sample came from (DrainID of the pod's
+	// UID; 0: not known, as in formats 1 and 2) and Src its source within
+	// the drain (SourceID of the node's address; 0 for a lag). Every
+	// replica decides every drain, so each teaches what it saw of it: the
+	// same drain and source are one sample (the longer kept), or the
+	// samples would count a drain as many times as there are replicas and
+	// the bounds would be surer than the drains allow.
+	Drain uint32
+	Src   uint16
+}
+
+// DrainID is the Sample.Drain of the pod with this UID: a 32-bit hash,
+// never 0.
+func DrainID(uid string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(uid))
+	return max(h.Sum32(), 1)
+}
+
+// SourceID is the Sample.Src of a source at addr within a drain: a 16-bit
+// hash, never 0. Two sources of one drain that share it are one sample,
+// the longer: a drain teaches one sample less, never a shorter one.
+func SourceID(addr string) uint16 {
+	h := fnv.New32a()
+	h.Write([]byte(addr))
+	v := h.Sum32()
+	return max(uint16(v^v>>16), 1)
+}
+
+// same reports whether a and b are one drain's sample of one source.
+func (a Sample) same(b Sample) bool { return a.Drain != 0 && a.Drain == b.Drain && a.Src == b.Src }
+
+// fold keeps in a what b adds: the longer bound and the later seen.
+func (a *Sample) fold(b Sample) {
+	a.D, a.Seen = max(a.D, b.D), max(a.Seen, b.Seen)
 }
 
 // Summary is the samples of one key, oldest first. The zero value is
@@ -58,10 +94,30 @@ func (s *Summary) Add(at time.Time, d time.Duration) { s.AddSeen(at, d, d) }
 // AddSeen records a sample whose bound is d and whose seen part is seen
 // (at most d), learnt at at, as Add does.
 func (s *Summary) AddSeen(at time.Time, d, seen time.Duration) {
-	i, _ := slices.BinarySearchFunc(s.Samples, at, func(x Sample, t time.Time) int { return x.At.Compare(t) })
-	d = max(d, 0)
-	s.Samples = slices.Insert(s.Samples, i, Sample{At: at, D: d, Seen: min(max(seen, 0), d)})
-	s.Prune(at)
+	s.AddSample(Sample{At: at, D: d, Seen: seen})
+}
+
+// AddSample records x (its seen part at most its bound), or folds it into
+// the sample of the same drain and source, and drops what falls out of the
+// bounds as of x.At.
+func (s *Summary) AddSample(x Sample) {
+	x.D = max(x.D, 0)
+	x.Seen = min(max(x.Seen, 0), x.D)
+	if i := s.index(x); i >= 0 {
+		s.Samples[i].fold(x)
+	} else {
+		i, _ := slices.BinarySearchFunc(s.Samples, x.At, func(y Sample, t time.Time) int { return y.At.Compare(t) })
+		s.Samples = slices.Insert(s.Samples, i, x)
+	}
+	s.Prune(x.At)
+}
+
+// index is where the sample of x's drain and source is, or -1.
+func (s *Summary) index(x Sample) int {
+	if x.Drain == 0 {
+		return -1
+	}
+	return slices.IndexFunc(s.Samples, x.same)
 }
 
 // Prune drops samples older than MaxAge at now, then the oldest beyond
@@ -77,9 +133,11 @@ func (s *Summary) Prune(now time.Time) {
 	s.Samples = slices.Delete(s.Samples, 0, cut)
 }
 
-// Merge adds other's samples that s lacks (a sample is its time, to the
-// second as Encode keeps it, and its duration, to the millisecond): what
-// another replica learnt, or what was persisted.
+// Merge adds other's samples that s lacks (a sample is its drain and
+// source, or without them its time, to the second as Encode keeps it, and
+// its durations, to the millisecond): what another replica learnt, or what
+// was persisted. One drain's sample of one source that both hold is
+// folded into one, the longer.
 func (s *Summary) Merge(other Summary, now time.Time) {
 	type key struct{ at, ms, seen int64 }
 	keyOf := func(x Sample) key { return key{x.At.Unix(), x.D.Milliseconds(), x.Seen.Milliseconds()} }
@@ -88,6 +146,10 @@ func (s *Summary) Merge(other Summary, now time.Time) {
 		seen[keyOf(x)] = true
 	}
 	for _, x := range other.Samples {
+		if i := s.index(x); i >= 0 {
+			s.Samples[i].fold(x)
+			continue
+		}
 		if k := keyOf(x); !seen[k] {
 			seen[k] = true
 			s.Samples = append(s.Samples, x)
@@ -128,11 +190,15 @@ func (s Summary) MaxSeen() (time.Duration, bool) {
 // second: a drain's samples share its release time, so this is the drains
 // they came from (two released in one second count as one).
 func (s Summary) Drains() int {
-	seen := map[int64]bool{}
+	drains, times := map[uint32]bool{}, map[int64]bool{}
 	for _, x := range s.Samples {
-		seen[x.At.Unix()] = true
+		if x.Drain != 0 {
+			drains[x.Drain] = true
+		} else {
+			times[x.At.Unix()] = true
+		}
 	}
-	return len(seen)
+	return len(drains) + len(times)
 }
 
 // Median is the samples' median (the lower of the two middle ones for an
@@ -185,18 +251,20 @@ func binomPMF(n, k int, p float64) float64 {
 
 // Encode writes the summary compactly, for an annotation or a ConfigMap
 // key: per sample its time (Unix seconds), duration and seen part
-// (milliseconds), as varints, base64 (RawURL). About 8 bytes a sample.
-// Format 2; format 1 (without the seen part, taken for the duration) is
-// still read.
+// (milliseconds), drain and source, as varints, base64 (RawURL). About 16
+// bytes a sample. Format 3; formats 1 (without the seen part, taken for
+// the duration) and 2 (without drain and source) are still read.
 func (s Summary) Encode() string {
-	b := make([]byte, 0, 1+12*len(s.Samples))
-	b = append(b, 2) // format version
+	b := make([]byte, 0, 1+20*len(s.Samples))
+	b = append(b, 3) // format version
 	var last int64
 	for _, x := range s.Samples {
 		t := x.At.Unix()
 		b = binary.AppendVarint(b, t-last)
 		b = binary.AppendUvarint(b, uint64(x.D.Milliseconds()))
 		b = binary.AppendUvarint(b, uint64(x.Seen.Milliseconds()))
+		b = binary.AppendUvarint(b, uint64(x.Drain))
+		b = binary.AppendUvarint(b, uint64(x.Src))
 		last = t
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -217,10 +285,10 @@ func Decode(v string) (Summary, error) {
 	if err != nil {
 		return Summary{}, fmt.Errorf("learned summary: %w", err)
 	}
-	if len(b) == 0 || b[0] != 1 && b[0] != 2 {
+	if len(b) == 0 || b[0] < 1 || b[0] > 3 {
 		return Summary{}, errors.New("learned summary: unknown format (written by a newer draingate?)")
 	}
-	withSeen := b[0] == 2
+	withSeen, withDrain := b[0] >= 2, b[0] >= 3
 	b = b[1:]
 	var s Summary
 	var last int64
@@ -242,11 +310,23 @@ func Decode(v string) (Summary, error) {
 			}
 			b = b[n:]
 		}
-		if dt < 0 && len(s.Samples) > 0 || ms > uint64(maxLearnt.Milliseconds()) || seen > ms {
-			return Summary{}, errors.New("learned summary: corrupt (samples out of order, too long, or seen later than their bound)")
+		var drain, src uint64
+		if withDrain {
+			if drain, n = binary.Uvarint(b); n <= 0 {
+				return Summary{}, errors.New("learned summary: truncated")
+			}
+			b = b[n:]
+			if src, n = binary.Uvarint(b); n <= 0 {
+				return Summary{}, errors.New("learned summary: truncated")
+			}
+			b = b[n:]
+		}
+		if dt < 0 && len(s.Samples) > 0 || ms > uint64(maxLearnt.Milliseconds()) || seen > ms || drain > math.MaxUint32 || src > math.MaxUint16 {
+			return Summary{}, errors.New("learned summary: corrupt (samples out of order, too long, seen later than their bound, or a drain out of range)")
 		}
 		last += dt
-		s.Samples = append(s.Samples, Sample{At: time.Unix(last, 0), D: time.Duration(ms) * time.Millisecond, Seen: time.Duration(seen) * time.Millisecond})
+		s.Samples = append(s.Samples, Sample{At: time.Unix(last, 0), D: time.Duration(ms) * time.Millisecond,
+			Seen: time.Duration(seen) * time.Millisecond, Drain: uint32(drain), Src: uint16(src)})
 	}
 	if over := len(s.Samples) - MaxSamples; over > 0 {
 		s.Samples = s.Samples[over:]

@@ -249,7 +249,10 @@ func (t *Timings) propagationsLocked(p *podTimes, d *drain.Decision) {
 		if key == "" {
 			continue
 		}
-		type taught struct{ d, seen time.Duration }
+		type taught struct {
+			d, seen time.Duration
+			src     uint16
+		}
 		var got []taught
 		for _, s := range m.Samples {
 			if s.Last.After(limit) || s.Stop.Before(m.OutSince) && !s.Sending {
@@ -260,13 +263,14 @@ func (t *Timings) propagationsLocked(p *podTimes, d *drain.Decision) {
 			if s.Sending {
 				bound = max(d.At.Sub(m.OutSince), seen)
 			}
-			got = append(got, taught{bound, seen})
+			got = append(got, taught{bound, seen, SourceID(s.Addr.String())})
 		}
 		slices.SortFunc(got, func(a, b taught) int { return cmp.Compare(b.d, a.d) })
 		pk := propagationKey(key, p.key.Namespace)
 		before := t.book.Estimate(pk)
+		drain := DrainID(p.key.UID)
 		for _, g := range got[:min(len(got), maxSamplesPerRoute)] {
-			t.book.AddSeen(pk, d.At, g.d, g.seen)
+			t.book.AddSample(pk, Sample{At: d.At, D: g.d, Seen: g.seen, Drain: drain, Src: g.src})
 			if g.seen > before.Seen && t.store != nil {
 				// A node seen later than ever: the other replicas'
 				// tails rise at their next read of the Leases, now.

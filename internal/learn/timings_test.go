@@ -67,12 +67,46 @@ func TestReleasesTeachOnce(t *testing.T) {
 	tm.Decided(d)
 	tm.Decided(d)
 	s := tm.book.Get("tg:arn:tg ns:shop")
-	want := []Sample{{At: at, D: 20 * time.Second, Seen: 19 * time.Second}, {At: at, D: 4 * time.Second, Seen: 3 * time.Second}}
+	drain := DrainID("u1")
+	want := []Sample{{At: at, D: 20 * time.Second, Seen: 19 * time.Second, Drain: drain, Src: SourceID("10.0.0.2")},
+		{At: at, D: 4 * time.Second, Seen: 3 * time.Second, Drain: drain, Src: SourceID("10.0.0.1")}}
 	if len(s.Samples) != 2 || s.Samples[0] != want[0] && s.Samples[0] != want[1] || s.Samples[1] != want[0] && s.Samples[1] != want[1] || s.Samples[0] == s.Samples[1] {
 		t.Errorf("samples %+v, want %+v", s.Samples, want)
 	}
 	if keys := tm.book.Keys(); len(keys) != 1 {
 		t.Errorf("keys %v, want the target group's in the pod's namespace alone", keys)
+	}
+}
+
+// Every replica decides every drain and teaches what it saw of it: two
+// replicas' samples of one drain, their bounds apart by their own polls
+// and releases, are one sample per source once merged (the longer kept),
+// through the Leases' encoding too, and count one drain.
+func TestOneDrainTeachesOnceAcrossReplicas(t *testing.T) {
+	a, b := newTimings(), newTimings()
+	out := t0
+	a.Decided(released("shop", "1", out, out.Add(20*time.Second),
+		quiet("10.0.0.1", out, 3*time.Second, 4*time.Second), quiet("10.0.0.2", out, 5*time.Second, 6*time.Second)))
+	b.Decided(released("shop", "1", out.Add(time.Second), out.Add(21*time.Second),
+		quiet("10.0.0.1", out.Add(time.Second), 2*time.Second, 3500*time.Millisecond), quiet("10.0.0.2", out.Add(time.Second), 4*time.Second, 6*time.Second)))
+	const key = "tg:arn:tg ns:shop"
+	merged := a.book.Get(key)
+	other, err := Decode(b.book.Get(key).Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged.Merge(other, out.Add(time.Minute))
+	if len(merged.Samples) != 2 || merged.Drains() != 1 {
+		t.Fatalf("merged %+v: %d samples from %d drains, want 2 from 1", merged.Samples, len(merged.Samples), merged.Drains())
+	}
+	for _, x := range merged.Samples {
+		want := 6 * time.Second // 10.0.0.2's bound, the same on both
+		if x.Src == SourceID("10.0.0.1") {
+			want = 4 * time.Second // a's, the longer
+		}
+		if x.D != want {
+			t.Errorf("source %d: bound %v, want %v", x.Src, x.D, want)
+		}
 	}
 }
 

@@ -27,11 +27,11 @@ func TestLearnedTailLengthens(t *testing.T) {
 	}
 	now := time.Now()
 	key := s.LearnKey(arn) + " ns:shop"
-	book.AddSeen(key, now, 6*time.Second, 4*time.Second)
+	book.AddSample(key, learn.Sample{At: now, D: 6 * time.Second, Seen: 4 * time.Second, Drain: 1, Src: 1})
 	if tail, _ := s.learnedTail(arn, pod, 20*time.Second, "ALB"); tail != 20*time.Second {
 		t.Errorf("one shorter propagation learnt: tail %s, want the configured 20s", tail)
 	}
-	book.AddSeen(key, now.Add(time.Second), 29*time.Second, 27*time.Second)
+	book.AddSample(key, learn.Sample{At: now.Add(time.Second), D: 29 * time.Second, Seen: 27 * time.Second, Drain: 2, Src: 1})
 	tail, name := s.learnedTail(arn, pod, 20*time.Second, "ALB")
 	if tail != 27*time.Second || !strings.Contains(name, "lengthened to 27s: a node was seen sending that late (2 propagations learnt from 2 drains)") {
 		t.Errorf("a node seen sending later: tail %s, %q", tail, name)
