@@ -359,7 +359,7 @@ func TestCatalogue(t *testing.T) {
 		}
 		for _, eps := range epsilons {
 			row := runShape(sh, n, eps, uint64(i+1))
-			_, hi := clopperPearson(row.false_, row.drains, 0.05)
+			_, hi := et.ClopperPearson(row.false_, row.drains, 0.05)
 			name := sh.name
 			if sh.open != "" {
 				name += " (open: " + sh.open + ")"
@@ -378,55 +378,6 @@ func TestCatalogue(t *testing.T) {
 	t.Logf("the catalogue, %d drains per shape and ε:\n%s", n, table.String())
 }
 
-// clopperPearson is the exact (Clopper-Pearson) two-sided 1 − alpha
-// confidence interval of a binomial proportion, x successes in n trials.
-func clopperPearson(x, n int, alpha float64) (lo, hi float64) {
-	// cdf is P(X ≤ k) for X ~ Binomial(n, p).
-	cdf := func(k int, p float64) float64 {
-		if p <= 0 {
-			return 1
-		}
-		if p >= 1 {
-			if k >= n {
-				return 1
-			}
-			return 0
-		}
-		var sum float64
-		for i := 0; i <= k; i++ {
-			lc := lgamma(float64(n+1)) - lgamma(float64(i+1)) - lgamma(float64(n-i+1))
-			sum += math.Exp(lc + float64(i)*math.Log(p) + float64(n-i)*math.Log1p(-p))
-		}
-		return sum
-	}
-	// solve finds p in [0, 1] with f(p) = target, f falling with p.
-	solve := func(f func(float64) float64, target float64) float64 {
-		a, b := 0.0, 1.0
-		for range 100 {
-			mid := (a + b) / 2
-			if f(mid) > target {
-				a = mid
-			} else {
-				b = mid
-			}
-		}
-		return (a + b) / 2
-	}
-	hi = 1.0
-	if x < n {
-		hi = solve(func(p float64) float64 { return cdf(x, p) }, alpha/2)
-	}
-	if x > 0 {
-		lo = solve(func(p float64) float64 { return cdf(x-1, p) }, 1-alpha/2)
-	}
-	return lo, hi
-}
-
-func lgamma(x float64) float64 {
-	v, _ := math.Lgamma(x)
-	return v
-}
-
 // TestClopperPearson checks the interval against known values: none in
 // 5,000 gives 0 to 7.4e-4 (the "rule of three" is 6e-4 for one side);
 // 10 in 100 gives 0.049 to 0.176.
@@ -435,9 +386,9 @@ func TestClopperPearson(t *testing.T) {
 		x, n   int
 		lo, hi float64
 	}{{0, 5000, 0, 7.375e-4}, {10, 100, 0.0490, 0.1762}, {5, 5000, 3.247e-4, 2.333e-3}} {
-		lo, hi := clopperPearson(c.x, c.n, 0.05)
+		lo, hi := et.ClopperPearson(c.x, c.n, 0.05)
 		if math.Abs(lo-c.lo) > 1e-3*max(c.lo, 1e-4) && math.Abs(lo-c.lo) > 2e-4 || math.Abs(hi-c.hi)/c.hi > 2e-3 {
-			t.Errorf("clopperPearson(%d, %d) = %.6f, %.6f; want %.6f, %.6f", c.x, c.n, lo, hi, c.lo, c.hi)
+			t.Errorf("ClopperPearson(%d, %d) = %.6f, %.6f; want %.6f, %.6f", c.x, c.n, lo, hi, c.lo, c.hi)
 		}
 	}
 }

@@ -84,6 +84,24 @@ func newHistory(read func() (traffic.Snapshot, error), window time.Duration) *hi
 	return h
 }
 
+// History is the watcher's history for a simulation of many drains
+// (proving/tailsim): the looks, turns and summaries a pod's watcher
+// serves, on snapshots the caller makes.
+type History struct{ h *history }
+
+// NewHistory is a History of window (a pod's is DefaultHistory) reading
+// its snapshots from read.
+func NewHistory(read func() (traffic.Snapshot, error), window time.Duration) *History {
+	return &History{newHistory(read, window)}
+}
+
+// Sample is one look at now.
+func (h *History) Sample(now time.Time) error { return h.h.sample(now) }
+
+// Summary is what a drain's agent asking at now is given; the first ask
+// freezes the history, as a pod's first drain ask does.
+func (h *History) Summary(now time.Time) *api.Traffic { return h.h.summary(now) }
+
 // watcher is a new Watcher sampling the look's shared read.
 func (h *history) watcher() *traffic.Watcher {
 	return traffic.NewWatcher(func() (traffic.Snapshot, error) { return h.snap, h.snapErr })

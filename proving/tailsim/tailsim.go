@@ -10,8 +10,9 @@
 // propagation after the controller deregistered the target, drawn per
 // node and drain. The server sees the target draining at its next poll.
 // The pod's agent reports what arrived (sampled per look, as the agent
-// counts) each Step, and the gate decides on it with the tail learning
-// gives the pod; once released, every arrival after the release is a
+// counts; or, with Sockets, what the agent's own code makes of the pod's
+// simulated sockets) each Step, and the gate decides on it with the tail
+// learning gives the pod; once released, every arrival after the release is a
 // request lost, and the release teaches learning as the server's would.
 package tailsim
 
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -33,8 +35,10 @@ import (
 	et "draingate.dev/draingate/internal/evidence/evidencetest"
 	"draingate.dev/draingate/internal/gate"
 	"draingate.dev/draingate/internal/learn"
+	"draingate.dev/draingate/internal/prestop"
 	"draingate.dev/draingate/internal/route"
 	"draingate.dev/draingate/internal/route/targetgroup"
+	"draingate.dev/draingate/internal/traffic"
 )
 
 // Shape is one load balancer and its traffic, as a catalogue row.
@@ -62,6 +66,33 @@ type Shape struct {
 	// without it (the agent watches from the preStop hook, at the
 	// deletion).
 	Watch time.Duration
+	// Sockets sends the arrivals through the agent's own summary: the
+	// pod's sockets (keep-alive connections, two per node; or one new
+	// connection per request with NewConns), looked at every 100 ms by the
+	// watcher's code from the pod's start 2 to 4 minutes before the drain
+	// (its window). Without it the arrivals are counted as that code
+	// counts them (evidencetest), from Watch before the deregistration.
+	Sockets bool
+	// NewConns is an NLB's route: only new connections are its traffic,
+	// and each request opens one that the pod closes after its answer
+	// (clients sending "Connection: close": TIME_WAIT on the pod's side).
+	NewConns bool
+	// HealthCheck is each node's health-check interval until the target
+	// goes out (0: none; with Sockets only): a connection of its own to
+	// the traffic port, closed by the node once answered.
+	HealthCheck time.Duration
+	// Unlisted of the Nodes (the last ones) joined JoinBefore before the
+	// deregistration (an ALB scaling out) and are missing from the
+	// senders' list the early close is given.
+	Unlisted   int
+	JoinBefore time.Duration
+	// MaxWait is the pod's max-wait (90 s if zero); TailName names the
+	// tail in sentences ("ALB" if empty).
+	MaxWait  time.Duration
+	TailName string
+	// MaxDrains, when set, caps the drains the catalogue plays of the
+	// shape (an NLB's drains take minutes of looks each to play).
+	MaxDrains int
 }
 
 // Result is what the drains of a Shape gave.
@@ -80,6 +111,13 @@ type Result struct {
 	TailWhy string
 	// AtDeadline counts the drains released at their deadline.
 	AtDeadline int
+}
+
+// LosingBound is the Clopper-Pearson 95 % upper bound of the share of
+// drains that lose requests: for the early close, its false quiets.
+func (r Result) LosingBound() float64 {
+	_, hi := et.ClopperPearson(r.DrainsLosing, r.Drains, 0.05)
+	return hi
 }
 
 // P50 is the median release after the deregistration of the later half
@@ -109,6 +147,8 @@ const (
 	arn       = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef"
 	history   = 2 * time.Minute
 	maxWait   = 90 * time.Second
+	// keepAlive is the connections a node holds to the pod (Sockets).
+	keepAlive = 2
 	// every is the agent's look interval.
 	every = 100 * time.Millisecond
 )
@@ -123,11 +163,19 @@ func Run(s Shape, drains int, seed uint64) Result {
 	if s.Poll <= 0 {
 		s.Poll = 2 * time.Second
 	}
+	if s.MaxWait <= 0 {
+		s.MaxWait = maxWait
+	}
+	if s.TailName == "" {
+		s.TailName = "ALB"
+	}
 	var res Result
-	// Drains a minute apart, ending now (learning prunes by the clock).
-	start := time.Now().Add(-time.Duration(drains) * time.Minute)
+	// Drains apart by more than one lasts, ending now (learning prunes by
+	// the clock).
+	spacing := max(time.Minute, s.MaxWait+30*time.Second)
+	start := time.Now().Add(-time.Duration(drains) * spacing)
 	for i := range drains {
-		dereg := start.Add(time.Duration(i) * time.Minute)
+		dereg := start.Add(time.Duration(i) * spacing)
 		d := playDrain(s, rng, tm, i, drains, dereg)
 		res.Drains++
 		res.Lost += d.lost
@@ -164,9 +212,27 @@ func playDrain(s Shape, rng *rand.Rand, tm *learn.Timings, i, n int, dereg time.
 	if s.Watch > 0 {
 		from = dereg.Add(-s.Watch)
 	}
-	var streams []et.Stream
+	podStart := dereg.Add(-history - time.Duration(rng.Int64N(int64(history))))
+	if s.Sockets {
+		from = podStart
+	}
+	// raw are the requests as the nodes send them; senders what the
+	// early close is told of the nodes (at the defaults the server reads
+	// no node lists: nobody is listed).
+	var raw []et.Stream
+	var checks []event
+	senders := evidence.Senders{}
+	if s.EarlyClose {
+		senders.Known = true
+	}
 	for j := range s.Nodes {
 		addr := fmt.Sprintf("10.0.%d.%d", j/250, j%250+1)
+		begin := from
+		if j >= s.Nodes-s.Unlisted {
+			begin = dereg.Add(-s.JoinBefore)
+		} else if s.EarlyClose {
+			senders.Addrs = append(senders.Addrs, netip.MustParseAddr(addr))
+		}
 		stop := dereg.Add(s.Propagation(rng, i, n))
 		var st et.Stream
 		if s.Fall > 1 {
@@ -176,30 +242,45 @@ func playDrain(s Shape, rng *rand.Rand, tm *learn.Timings, i, n int, dereg time.
 			if stop.Before(at) {
 				fall = stop
 			}
-			st = et.Merge(addr, arrivals(rng, s, addr, s.Rate, from, fall), arrivals(rng, s, addr, s.Rate/f, fall, stop))
+			st = et.Merge(addr, arrivals(rng, s, addr, s.Rate, begin, fall), arrivals(rng, s, addr, s.Rate/f, fall, stop))
 		} else {
-			st = arrivals(rng, s, addr, s.Rate, from, stop)
+			st = arrivals(rng, s, addr, s.Rate, begin, stop)
 		}
 		st.Port = 8080
-		streams = append(streams, et.Models[len(et.Models)-1].Sample(st, from))
+		raw = append(raw, st)
+		if s.HealthCheck > 0 {
+			for t := begin.Add(time.Duration(rng.Int64N(int64(s.HealthCheck)))); t.Before(dereg); t = t.Add(s.HealthCheck) {
+				checks = append(checks, event{at: t, from: netip.MustParseAddr(addr), check: true})
+			}
+		}
+	}
+	var summary func(now time.Time) *api.Traffic
+	if s.Sockets {
+		summary = watchSockets(rng, s, raw, checks, podStart)
+	} else {
+		var sampled []et.Stream
+		for _, st := range raw {
+			sampled = append(sampled, et.Models[len(et.Models)-1].Sample(st, from))
+		}
+		summary = func(now time.Time) *api.Traffic { return et.Summary(now, nil, sampled...) }
 	}
 	seen := dereg.Add(time.Duration(rng.Int64N(int64(s.Poll))))
 	deletion := dereg.Add(-time.Second)
-	pod := gate.Pod{Namespace: namespace, Name: "web-" + uid[:5], UID: uid, Terminating: true, Deadline: deletion.Add(maxWait)}
+	pod := gate.Pod{Namespace: namespace, Name: "web-" + uid[:5], UID: uid, Terminating: true, Deadline: deletion.Add(s.MaxWait)}
 	key := route.PodKey{Namespace: namespace, Name: pod.Name, UID: uid}
 	kpod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod.Name, UID: types.UID(uid),
-		DeletionTimestamp: &metav1.Time{Time: deletion.Add(maxWait + 5*time.Second)}}}
+		DeletionTimestamp: &metav1.Time{Time: deletion.Add(s.MaxWait + 5*time.Second)}}}
 	tail, _ := tm.Tail("tg:"+arn, key, s.Tail)
 	late := tm.LateChance("tg:"+arn, key, tail)
 	var mem gate.Memory
 	for now := deletion; ; now = now.Add(Step) {
 		o := gate.Observation{Kind: targetgroup.Kind, Name: arn, Synced: true, State: "healthy", What: "the target is healthy",
-			Tail: tail, TailName: "ALB", WeighTraffic: true, Ports: []uint16{8080}, EarlyClose: s.EarlyClose, LateChance: late,
-			Senders: evidence.Senders{SeenAreAll: true}}
+			Tail: tail, TailName: s.TailName, WeighTraffic: true, Ports: []uint16{8080}, NewConns: s.NewConns,
+			EarlyClose: s.EarlyClose, LateChance: late, Senders: senders}
 		if !now.Before(seen) {
 			o.State, o.Out, o.What = "draining", true, "the target is draining"
 		}
-		pod.Traffic = &gate.Traffic{Summary: et.Summary(now, nil, streams...), At: now}
+		pod.Traffic = &gate.Traffic{Summary: summary(now), At: now}
 		v, next := gate.Step(now, pod, mem, []gate.Observation{o})
 		mem = next
 		if !v.Released {
@@ -207,10 +288,34 @@ func playDrain(s Shape, rng *rand.Rand, tm *learn.Timings, i, n int, dereg time.
 		}
 		tm.Decided(&drain.Decision{Key: key, Pod: kpod, At: now, Verdict: v, Next: mem, Observations: []gate.Observation{o}})
 		lost := 0
-		for _, st := range streams {
+		for _, st := range raw {
 			lost += len(st.Times) - sortSearch(st.Times, now)
 		}
 		return drained{release: now, lost: lost, deadline: v.Reason == api.ReasonDeadline}
+	}
+}
+
+// watchSockets plays the pod's sockets under the nodes' requests and
+// health checks, and the watcher's looks at them every 100 ms from the
+// pod's start: it returns the agent's ask at now (a drain's first ask
+// freezes the watcher's history), which plays the looks up to now.
+func watchSockets(rng *rand.Rand, s Shape, raw []et.Stream, checks []event, podStart time.Time) func(now time.Time) *api.Traffic {
+	var streams []nodeStream
+	for _, st := range raw {
+		streams = append(streams, nodeStream{addr: st.Addr, times: st.Times})
+	}
+	keep := keepAlive
+	if s.NewConns {
+		keep = 0
+	}
+	k := newSockets(rng, keep, streams, checks)
+	look := podStart
+	h := prestop.NewHistory(func() (traffic.Snapshot, error) { return k.read(look), nil }, prestop.DefaultHistory)
+	return func(now time.Time) *api.Traffic {
+		for ; !look.After(now); look = look.Add(every) {
+			h.Sample(look)
+		}
+		return h.Summary(now)
 	}
 }
 
