@@ -190,17 +190,17 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 	}
 	switch {
 	case now.Before(end):
-		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end)) +
+		r.Detail = fmt.Sprintf("%s since %s; the %s tail (%s) ends at %s", o.What, api.Stamp(outSince), o.TailName, tail.Round(time.Millisecond), api.Stamp(end)) +
 			api.LastReadFailed(o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	case o.Err != nil:
 		r.Detail = fmt.Sprintf("%s since %s and the %s tail (%s) ended at %s, but the last read failed (%v): "+
-			"open until a successful read confirms the pod is still out", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end), o.Err)
+			"open until a successful read confirms the pod is still out", o.What, api.Stamp(outSince), o.TailName, tail.Round(time.Millisecond), api.Stamp(end), o.Err)
 		return Assessment{Phase: PhaseOut, Route: r}
 	}
 	r.State, r.ClosedBy = StateClosed, api.ClosedByTail
-	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, api.Stamp(outSince), o.TailName, tail, api.Stamp(end))
-	return Assessment{Phase: PhaseClosed, Route: r, Why: fmt.Sprintf("its %s tail (%s)", o.TailName, tail)}
+	r.Detail = fmt.Sprintf("%s since %s, and the %s tail (%s) ended at %s", o.What, api.Stamp(outSince), o.TailName, tail.Round(time.Millisecond), api.Stamp(end))
+	return Assessment{Phase: PhaseClosed, Route: r, Why: fmt.Sprintf("its %s tail (%s)", o.TailName, tail.Round(time.Millisecond))}
 }
 
 // assessHeld is Assess for an out route that weighs traffic, with no
@@ -208,7 +208,7 @@ func Assess(now time.Time, o Observation, m RouteMemory, ev *evidence.Evidence) 
 // until a tail after it (held), past its own tail's end (r.TailEnds).
 func assessHeld(now time.Time, o Observation, r api.Route, last, held time.Time) Assessment {
 	what := fmt.Sprintf("%s since %s; the %s tail (%s) ended at %s, but the pod's traffic evidence, missing now, last saw an arrival at %s",
-		o.What, api.Stamp(r.Since), o.TailName, max(o.Tail, 0), api.Stamp(*r.TailEnds), api.Stamp(last))
+		o.What, api.Stamp(r.Since), o.TailName, max(o.Tail, 0).Round(time.Millisecond), api.Stamp(*r.TailEnds), api.Stamp(last))
 	switch {
 	case now.Before(held):
 		r.QuietBy = &held
