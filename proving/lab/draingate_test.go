@@ -210,7 +210,8 @@ func TestTargetGroupCloses(t *testing.T) {
 }
 
 // TestTargetGroupClosesReadsTheGate: the phrase the gate really writes
-// when traffic evidence closes a route parses.
+// when traffic evidence closes a route before its tail (the opt-in early
+// close) parses.
 func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// A load balancer node's round robin (a request every 300 ms for 45 s)
@@ -230,7 +231,7 @@ func TestTargetGroupClosesReadsTheGate(t *testing.T) {
 	summary.Sources = append(summary.Sources, node)
 	tr := &gate.Traffic{Summary: summary, At: now, Node: []netip.Addr{node.Addr}}
 	o := gate.Observation{Kind: "targetgroup", Name: "arn:a", Synced: true, Out: true, State: "draining", What: "draining",
-		Tail: 5 * time.Minute, TailName: "NLB", WeighTraffic: true, Ports: []uint16{8080}, Senders: evidence.Senders{SeenAreAll: true}}
+		Tail: 5 * time.Minute, TailName: "NLB", WeighTraffic: true, Ports: []uint16{8080}, Senders: evidence.Senders{SeenAreAll: true}, EarlyClose: true}
 	mem := gate.Memory{TerminatingSince: t0, Routes: map[gate.RouteKey]gate.RouteMemory{{Kind: "targetgroup", Name: "arn:a"}: {OutSince: t0.Add(5 * time.Second)}}}
 	v, _ := gate.Step(now, gate.Pod{Name: "p", Terminating: true, Traffic: tr}, mem, []gate.Observation{o})
 	if !v.Released {
