@@ -149,7 +149,7 @@ func (r *runner) ingressLB(idx int, ns string) (*loadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &loadBalancer{bal: ing.bal, nodes: ing.bal.Nodes(), urls: ing.urls, ing: ing, drainedA: map[string]time.Time{}}, nil
+	return &loadBalancer{bal: ing.bal, nodes: ing.bal.Nodes(), urls: ing.urls, ing: ing, drainedA: map[string]time.Time{}, extra: -1}, nil
 }
 
 // watch follows the app Service's EndpointSlices and wakes every replica's
