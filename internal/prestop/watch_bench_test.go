@@ -69,33 +69,7 @@ func BenchmarkWatcherAt1000Connections(b *testing.B) {
 	}()
 	defer func() { stop.Store(true); wg.Wait() }()
 
-	h := newHistory(traffic.NewReader().Read, 4*time.Minute)
-	now := time.Now()
-	// A full window's looks first (2,400 at 100 ms, simulated clock), so
-	// that the watches hold what they hold in a pod watched for minutes.
-	for range 2400 {
-		now = now.Add(100 * time.Millisecond)
-		if err := h.sample(now); err != nil {
-			b.Fatal(err)
-		}
-	}
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	heap := float64(ms.HeapInuse) / (1 << 20)
-	b.ResetTimer()
-	for b.Loop() {
-		now = now.Add(100 * time.Millisecond)
-		if err := h.sample(now); err != nil {
-			b.Fatal(err)
-		}
-	}
-	perLook := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-	b.ReportMetric(perLook*10/1e6, "millicores@10looks/s")
-	b.ReportMetric(heap, "heap-MiB")
-	if s := h.summary(now); s != nil {
-		b.ReportMetric(float64(len(s.Sources)), "sources")
-	}
+	benchLooks(b, newHistory(traffic.NewReader().Read, 4*time.Minute))
 }
 
 // BenchmarkWatcherCountsAt1000Connections: what counting costs the watcher,
@@ -115,7 +89,6 @@ func BenchmarkWatcherCountsAt1000Connections(b *testing.B) {
 			Info:   traffic.Info{HasBytesReceived: true, HasDataSegsIn: true, HasSegsIn: true, HasLastDataRecv: true}}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	var now time.Time
 	read := func() (traffic.Snapshot, error) {
 		for range 100 {
 			c := &conns[rng.IntN(len(conns))]
@@ -128,13 +101,24 @@ func BenchmarkWatcherCountsAt1000Connections(b *testing.B) {
 		}
 		return traffic.Snapshot{Listening: []uint16{8080}, Conns: slices.Clone(conns), PassiveOpens: 1000}, nil
 	}
-	h := newHistory(read, DefaultHistory)
-	now = time.Now()
-	for range 2400 {
+	benchLooks(b, newHistory(read, DefaultHistory))
+}
+
+// benchLooks takes a full window's looks at h first (2,400 at 100 ms,
+// simulated clock), so that the watches hold what they hold in a pod
+// watched for minutes, then times its looks: per look the CPU, as
+// millicores at ten looks a second, the heap after the window, and the
+// sources the summary counted.
+func benchLooks(b *testing.B, h *history) {
+	now := time.Now()
+	look := func() {
 		now = now.Add(100 * time.Millisecond)
 		if err := h.sample(now); err != nil {
 			b.Fatal(err)
 		}
+	}
+	for range 2400 {
+		look()
 	}
 	runtime.GC()
 	var ms runtime.MemStats
@@ -142,10 +126,7 @@ func BenchmarkWatcherCountsAt1000Connections(b *testing.B) {
 	heap := float64(ms.HeapInuse) / (1 << 20)
 	b.ResetTimer()
 	for b.Loop() {
-		now = now.Add(100 * time.Millisecond)
-		if err := h.sample(now); err != nil {
-			b.Fatal(err)
-		}
+		look()
 	}
 	perLook := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 	b.ReportMetric(perLook*10/1e6, "millicores@10looks/s")
